@@ -69,7 +69,7 @@ SUPPORTED = sorted({
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
-    'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
+    'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
 
@@ -245,6 +245,11 @@ def _fold(node, vals, a):
 
 # --------------------------------------------------------------------------- reader
 
+# ops that only select or reshape their first input: a zero initializer read only by them
+# is a state, not a parameter (_Reader.run)
+_STATE_READERS = ('Split', 'Squeeze', 'Unsqueeze', 'Reshape', 'Expand', 'Slice', 'Gather',
+                  'Identity', 'Flatten', 'Tile')
+
 class _Reader(RecurrentOps):
     def __init__(self, path, model):
         self.path = os.fspath(path)
@@ -403,6 +408,11 @@ class _Reader(RecurrentOps):
         if src in self.shape:
             self.shape[dst] = self.shape[src]
 
+    def _no_param(self, v) -> bool:
+        """Constant v is no parameter of the model's maker: a fill (ConstantOfShape, a zero
+        state) or integers (shapes, axes, indices)."""
+        return v in self.fills or np.asarray(self.const[v]).dtype.kind in 'iub'
+
     def cval(self, v, what):
         if v not in self.const:
             self.err(f'{what} ({v!r}) must be a constant')
@@ -423,6 +433,15 @@ class _Reader(RecurrentOps):
         for node in self.nodes:
             for i in node.input:
                 self.consumers.setdefault(i, []).append(node)
+        for name in self.inits:
+            # all zeros and read only to be split, sliced or reshaped: an initial state
+            # (torch.zeros in forward, lifted to an initializer by the dynamo exporter), no
+            # parameter; a parameter (a zero bias) is read by the op it belongs to
+            c = self.consumers.get(name)
+            if c and all(n.op_type in _STATE_READERS and n.input[0] == name for n in c) and \
+                    np.asarray(self.const[name]).dtype.kind == 'f' and \
+                    not np.any(self.const[name]):
+                self.fills.add(name)
         inputs = [vi for vi in g.input if vi.name not in self.const]
         for vi in inputs:
             s = _static_shape(vi, batch1=True)
@@ -493,13 +512,17 @@ class _Reader(RecurrentOps):
             return
         if present and all(v in self.const for v in present):
             vals = [self.const[v] if v else None for v in ins]
-            r = _fold(node, vals, a)
+            # a product with a zero state (no parameter): zeros, whatever the other factor
+            # (a weight's gradient through it is 0 too): an unrolled RNN's first step
+            zero_fill = t in ('MatMul', 'Mul') and any(
+                v in self.fills and not np.any(self.const[v]) for v in present)
+            r = (np.zeros_like(np.matmul(*vals) if t == 'MatMul' else vals[0] * vals[1])
+                 if zero_fill else _fold(node, vals, a))
             if r is None:
                 self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}' if t in ADVICE
                          else 'cannot fold this op on constants')
             if isinstance(r, tuple):    # (Split: a value an output)
-                fill = all(u in self.fills or u not in self.inits and
-                           np.asarray(self.const[u]).dtype.kind in 'iub' for u in present)
+                fill = all(self._no_param(u) for u in present)
                 src, lo = ins[0], 0
                 whole = src in self.inits and all(
                     d == 1 for d in np.shape(self.const[src])[:int(a.get('axis', 0)) %
@@ -514,9 +537,8 @@ class _Reader(RecurrentOps):
                     lo += part.size
                 return
             self.const[node.output[0]] = np.asarray(r)
-            if t == 'ConstantOfShape' or all(
-                    v in self.fills or v not in self.inits and
-                    np.asarray(self.const[v]).dtype.kind in 'iub' for v in present):
+            if t == 'ConstantOfShape' or all(self._no_param(v) for v in present) or \
+                    zero_fill:
                 self.fills.add(node.output[0])     # (torch.ones_like(x): no parameter)
             src = ins[0] if ins else None
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \
@@ -1607,6 +1629,24 @@ class _Reader(RecurrentOps):
         oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
         self.emit('CONCATENATION', xs, [self.out(node.output[0], lay, oshape)], axis=axis,
                   fused_activation_function='NONE')
+
+    def op_Tile(self, node, ins, a, i):
+        """Tile of an activation by constant repeats (torch's x.repeat, a seq2seq decoder's
+        latent repeated a step each): a CONCATENATION of m copies along each axis it
+        repeats (their gradients sum into it)."""
+        v = ins[0]
+        s = list(self.oshape(v))
+        reps = [int(n) for n in np.asarray(self.cval(ins[1], 'the repeats')).reshape(-1)]
+        if len(reps) != len(s) or min(reps) < 1:
+            self.err(f'repeats {reps} for an input of shape {s}')
+        x = self.get(v, 'plain')
+        for d, m in enumerate(reps):
+            if m > 1:
+                s[d] *= m
+                y = self.tensor(node.output[0] + f'/tile{d}', s)
+                self.emit('CONCATENATION', [x] * m, [y], axis=d, fused_activation_function='NONE')
+                x = y
+        self.plain[node.output[0]], self.shape[node.output[0]] = x, s
 
     def op_Split(self, node, ins, a, i):
         v = ins[0]

@@ -1259,6 +1259,79 @@ def test_split_of_constants_folds_and_its_parts_train_back(tmp_path):
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
 
 
+def _unrolled_rnn(path, T=3, F=2, H=4, seed=0):
+    """An RNN unrolled in ops, as torch 2.9's dynamo exporter wrote a GitHub LSTM
+    autoencoder: the initial state a zero initializer (torch.zeros in forward) split and
+    squeezed, h = tanh(x_t Wx + h Wh + b) a step (the first step's h0 Wh: a product of two
+    constants), the last h repeated a step each by Tile (x.repeat) into a Linear.  Returns
+    (path, numpy forward)."""
+    from onnx import TensorProto, helper
+    r = np.random.default_rng(seed)
+    wx, wh = (0.5 * r.standard_normal((F, H))).astype(np.float32), \
+        (0.5 * r.standard_normal((H, H))).astype(np.float32)
+    b, wo = (0.1 * r.standard_normal(H)).astype(np.float32), r.standard_normal((H, 1)).astype(np.float32)
+    T_ = TensorProto
+    inits = [helper.make_tensor('wx', T_.FLOAT, wx.shape, wx.ravel()),
+             helper.make_tensor('wh', T_.FLOAT, wh.shape, wh.ravel()),
+             helper.make_tensor('b', T_.FLOAT, b.shape, b.ravel()),
+             helper.make_tensor('wo', T_.FLOAT, wo.shape, wo.ravel()),
+             helper.make_tensor('zeros', T_.FLOAT, [2, 1, H], np.zeros(2 * H, np.float32)),
+             helper.make_tensor('ax0', T_.INT64, [1], [0]),
+             helper.make_tensor('ax1', T_.INT64, [1], [1]),
+             helper.make_tensor('reps', T_.INT64, [3], [1, T, 1])]
+    nodes = [helper.make_node('Split', ['zeros'], ['z0', 'z1'], axis=0, num_outputs=2),
+             helper.make_node('Squeeze', ['z0', 'ax0'], ['h_0'])]
+    for t in range(T):
+        inits.append(helper.make_tensor(f'i{t}', T_.INT64, [], [t]))
+        nodes += [helper.make_node('Gather', ['x', f'i{t}'], [f'x{t}'], axis=1),
+                  helper.make_node('MatMul', [f'x{t}', 'wx'], [f'a{t}']),
+                  helper.make_node('MatMul', [f'h_{t}', 'wh'], [f'r{t}']),
+                  helper.make_node('Add', [f'a{t}', f'r{t}'], [f's{t}']),
+                  helper.make_node('Add', [f's{t}', 'b'], [f'p{t}']),
+                  helper.make_node('Tanh', [f'p{t}'], [f'h_{t + 1}'])]
+    nodes += [helper.make_node('Unsqueeze', [f'h_{T}', 'ax1'], ['u']),
+              helper.make_node('Tile', ['u', 'reps'], ['rep']),
+              helper.make_node('MatMul', ['rep', 'wo'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T_.FLOAT, [1, T, F])],
+                          [helper.make_tensor_value_info('y', T_.FLOAT, [1, T, 1])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), path)
+
+    def forward(x):
+        h = np.zeros((len(x), H))
+        for t in range(T):
+            h = np.tanh(x[:, t] @ wx + h @ wh + b)
+        return np.repeat((h @ wo)[:, None], T, 1)
+    return path, forward
+
+
+def test_unrolled_rnn_with_a_zero_state_initializer_and_tile_trains(tmp_path):
+    """The unrolled RNN above was refused twice over: its first step's h0 Wh ('cannot fold
+    this op on constants': a zero state times a weight) and Tile (no reader).  The zero
+    initializer read only to be split is a state, no parameter: a product with it folds
+    to zeros (Wh's gradient through it is 0 as well), it never trains, and export leaves
+    it zeros; Tile is m copies concatenated.  utrain's forward = numpy's; after training,
+    ORT on the export = utrain's trained forward."""
+    p, fwd = _unrolled_rnn(os.fspath(tmp_path / 'rnn.onnx'))
+    r = np.random.default_rng(1)
+    xs = r.standard_normal((12, 3, 2)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(0.5 * fwd(xs) + 0.2).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.01,
+                epochs=2, log=lambda *a: None)
+    assert 'zeros' not in json.dumps(s.get('trainable', s)), s
+    np.testing.assert_allclose(utrain_run(d, xs).reshape(12, -1), fwd(xs).reshape(12, -1),
+                               rtol=1e-5, atol=1e-5)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    from onnx import numpy_helper
+    ib = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert not np.any(ib['zeros']) and not np.allclose(ib['wh'], numpy_helper.to_array(
+        [t for t in onnx.load(p).graph.initializer if t.name == 'wh'][0]))
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+
+
 @pytest.mark.parametrize('own_bias', [False, True])
 def test_tied_weight_trains_as_one_and_exports_as_trained(tmp_path, own_bias):
     """One initializer two Gemm nodes read (a Linear applied twice, tied weights: what an
