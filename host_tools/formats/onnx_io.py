@@ -516,6 +516,10 @@ class _Reader(RecurrentOps):
             # (a weight's gradient through it is 0 too): an unrolled RNN's first step
             zero_fill = t in ('MatMul', 'Mul') and any(
                 v in self.fills and not np.any(self.const[v]) for v in present)
+            if t == 'Add' and len(present) == 2 and any(
+                    v in self.fills and not np.any(self.const[v]) for v in present) and \
+                    np.size(np.add(*vals)) == max(np.size(v) for v in vals):
+                zero_fill = None    # (x + 0 and no broadcast: x, a weight's steps kept)
             r = (np.zeros_like(np.matmul(*vals) if t == 'MatMul' else vals[0] * vals[1])
                  if zero_fill else _fold(node, vals, a))
             if r is None:
@@ -541,11 +545,18 @@ class _Reader(RecurrentOps):
                     zero_fill:
                 self.fills.add(node.output[0])     # (torch.ones_like(x): no parameter)
             src = ins[0] if ins else None
-            if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \
-                    (src in self.inits or src in self.reshaped):
+            if zero_fill is None:       # (x + 0, a zero state's: x as it is)
+                src = next((v for v in present if v not in self.fills), None)
+            if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
+                     'Add') and (src in self.inits or src in self.reshaped) and \
+                    src not in self.fills and (t != 'Add' or zero_fill is None):
+                # a weight reshaped or transposed by nodes (a dynamo export's
+                # Transpose(weight) into a MatMul): the steps export maps back by
                 init, pre = (src, []) if src in self.inits else self.reshaped[src]
-                self.reshaped[node.output[0]] = (init, pre + [
-                    ('R', list(np.shape(self.const[src])), list(np.shape(r)))])
+                self.reshaped[node.output[0]] = (init, pre + (
+                    [('T', list(a.get('perm', range(np.ndim(self.const[src]))[::-1])))]
+                    if t == 'Transpose' else
+                    [('R', list(np.shape(self.const[src])), list(np.shape(r)))]))
             return
         if ins and ins[0] in self.seq and ins[0] not in self.plain and self._seq_op(node, ins, a):
             return
