@@ -79,10 +79,16 @@ _QUANTIZED = ('a model quantized by onnxruntime.quantization (quantize_dynamic o
               '.onnx: give utrain the float model from before quantizing it (its training '
               'is float32 anyway; quantize the exported model again after), or a '
               'full-integer .tflite for int8 training')
-ADVICE = {op: _QUANTIZED for op in (
+_RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
+           'trains deterministic models: export the model without it (a Stable-Baselines3 '
+           'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
+           'it beside another output, which utrain then trains alone')
+ADVICE = {op: _RANDOM for op in ('RandomNormal', 'RandomNormalLike', 'RandomUniform',
+                                 'RandomUniformLike', 'Multinomial', 'Bernoulli')}
+ADVICE.update({op: _QUANTIZED for op in (
     'DynamicQuantizeLinear', 'QuantizeLinear', 'DequantizeLinear', 'MatMulInteger',
     'ConvInteger', 'QLinearConv', 'QLinearMatMul', 'QLinearAdd', 'QLinearMul',
-    'QGemm', 'DynamicQuantizeMatMul')}
+    'QGemm', 'DynamicQuantizeMatMul')})
 
 
 def _onnx():
@@ -459,20 +465,46 @@ class _Reader(RecurrentOps):
             self.shape[vi.name] = s
             self.plain[vi.name] = self.tensor(vi.name, s)
         self.skip = set()
+        # values made by a node utrain cannot read, and those made from them: an output
+        # that needs one is left out where another can be read (a stochastic policy's
+        # sampled action beside its value head, a label's ArgMax beside the scores)
+        dead, first = {}, None      # {value: the ModelError of the node it needs}
         for i, node in enumerate(self.nodes):
             if i in self.skip:
                 continue
             self.node = node
-            self.step(i, node)
+            e = next((dead[v] for v in node.input if v in dead), None)
+            if e is None:
+                n_ops = len(self.ops)
+                try:
+                    self.step(i, node)
+                    continue
+                except ModelError as err:
+                    del self.ops[n_ops:]
+                    first, e = first or err, err
+            dead.update((o, e) for o in node.output)
         self.node = None
+        live = [vi for vi in g.output if vi.name not in dead]
+        if not live and first is not None:
+            raise first
+        self.dropped = [(vi.name, dead[vi.name].message) for vi in g.output if vi.name in dead]
         outs = []
-        for vi in g.output:
+        for vi in live:
             if vi.name in self.const:
                 raise ModelError(self.path, f'output {vi.name!r} is a constant')
             k = self.get(vi.name, 'plain')
             if k in [self.plain.get(v.name) for v in inputs]:
                 raise ModelError(self.path, f'output {vi.name!r} is the input')
             outs.append(k)
+        if self.dropped:        # (the ops only the outputs left out read: none to train)
+            need, kept = set(outs), []
+            for op in reversed(self.ops):
+                if need.intersection(op.outputs):
+                    need.update(k for k in op.inputs if k >= 0)
+                    kept.append(op)
+            self.ops[:] = kept[::-1]
+            for j, op in enumerate(self.ops):
+                op.index = j
         opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
                     default=0)
         gr = Graph(path=self.path, identifier=b'CIR0', version=3,
@@ -482,6 +514,8 @@ class _Reader(RecurrentOps):
                    inputs=[self.plain[vi.name] for vi in inputs], outputs=outs, metadata={},
                    n_subgraphs=1)
         gr.onnx_origin = self.origin
+        # [(output name, why)]: outputs left out, each needing a node utrain cannot read
+        gr.onnx_dropped = self.dropped
         return gr
 
     def step(self, i, node):

@@ -595,7 +595,9 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
         model, keep = unbatched(model)      # (a batch fixed in the file: run at batch 1)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
-        if len(h.inputs) > 1 or len(h.outputs) > 1:
+        # (an .onnx model's outputs the reader left out: ORT still makes them, the output
+        # scored is the one prepare trains)
+        if len(h.inputs) > 1 or len(h.outputs) > 1 or getattr(h, 'onnx_dropped', None):
             out, y, name, runtime = evaluate_several(model, data, output, label, size, limit)
             r = _scored(data, out, y, metric)
             r.update(runtime=runtime, transposed=False, output=name)

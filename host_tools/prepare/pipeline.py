@@ -421,6 +421,8 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
+    for line in dropped_outputs(model_path, g):
+        log(line)
     from ..files.dataset import targets_of
     y = targets_of(data) if data and output is None and len(g.outputs) > 1 else None
     try:
@@ -432,6 +434,15 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     s = resolve_settings(g, overrides)
     check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     return g, prof, s, s.pop('train')
+
+
+def dropped_outputs(model_path, g) -> list:
+    """Lines saying which outputs of an .onnx model the reader left out, each needing a
+    node utrain cannot read (onnx_io: a stochastic policy's sampled action beside its
+    value head), and that export keeps them."""
+    return [f'{model_path}: output {name!r} is left out (utrain trains the others; export '
+            f'writes the file with it, the trained weights in): {why}'
+            for name, why in getattr(g, 'onnx_dropped', ())]
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,

@@ -1395,3 +1395,57 @@ def test_weight_transposed_by_a_node_exports(tmp_path):
     export(p, os.path.join(d, 'trained.wof'), out)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
+
+
+def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
+    """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
+    RandomNormalLike, the log-probability of it, beside the value head) was refused at
+    the random draw ('cannot fold this op on constants').  Outputs that need a node utrain
+    cannot read (a random draw, a label's ArgMax) are left out, saying which and why, the
+    nodes only they need too; the others train, export writes the whole file with the
+    trained weights, and evaluate scores the output prepare trained (ORT makes them all).
+    A model with no other output is refused with what to do."""
+    from onnx import TensorProto as T, helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(0)
+    w, w2 = r.standard_normal((3, 4)).astype(np.float32), r.standard_normal((2, 4)).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [3, 4], w.ravel()),
+             helper.make_tensor('w2', T.FLOAT, [2, 4], w2.ravel())]
+    nodes = [helper.make_node('Gemm', ['x', 'w'], ['z'], transB=1),
+             helper.make_node('Softmax', ['z'], ['probs'], axis=1),
+             helper.make_node('ArgMax', ['probs'], ['label'], axis=1, keepdims=0),
+             helper.make_node('Gemm', ['x', 'w2'], ['m'], transB=1),     # (only 'noisy' reads)
+             helper.make_node('RandomNormalLike', ['m'], ['eps'], name='draw'),
+             helper.make_node('Add', ['m', 'eps'], ['noisy'])]
+    vi = helper.make_tensor_value_info
+    outs = [vi('label', T.INT64, [1]), vi('noisy', T.FLOAT, [1, 2]), vi('probs', T.FLOAT, [1, 3])]
+    p = os.fspath(tmp_path / 'pol.onnx')
+    onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [vi('x', T.FLOAT, [1, 4])], outs, inits),
+                                opset_imports=[helper.make_opsetid('', 17)]), p)
+    g = read_model(p)
+    assert [g.tensors[k].name for k in g.outputs] == ['probs'] and len(g.ops) == 2
+    xs = r.standard_normal((24, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.argmax(xs[:, :3], 1))
+    d, said = os.fspath(tmp_path / 'run'), []
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.05, epochs=2,
+                log=said.append)
+    text = '\n'.join(said)
+    assert "output 'label' is left out" in text and 'ArgMax' in text, text
+    assert "output 'noisy' is left out" in text and 'a random draw' in text, text
+    assert sorted(s['trainable']) == ['w'], s['trainable']
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    assert [o.name for o in sess.get_outputs()] == ['label', 'noisy', 'probs']
+    probs = np.concatenate([sess.run(['probs'], {'x': xs[i:i + 1]})[0] for i in range(24)])
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - probs).max() < 1e-5
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert e['output'] == 'probs' and e['accuracy'] == np.mean(np.argmax(probs, 1) == np.argmax(xs[:, :3], 1))
+    # (nothing else to train: refused, saying what to do)
+    only = helper.make_graph(nodes[3:], 'g', [vi('x', T.FLOAT, [1, 4])], [outs[1]], inits[1:])
+    onnx.save(helper.make_model(only, opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'draw \(RandomNormalLike\).*a random draw.*'
+                       r'deterministic action'):
+        read_model(p)
