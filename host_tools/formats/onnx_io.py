@@ -522,6 +522,13 @@ class _Reader(RecurrentOps):
         t = node.op_type
         a = _attrs(node)
         ins = list(node.input)
+        if node.domain == 'ai.onnx.ml':
+            self.err(f'operator domain \'ai.onnx.ml\' is not supported: {t} is a classical '
+                     'machine-learning model\'s (scikit-learn through skl2onnx: trees, '
+                     'linear models, scalers), not a neural network\'s layer; utrain trains '
+                     'neural networks: train one on the same features (Keras, PyTorch, or '
+                     'scikit-learn\'s MLPClassifier / MLPRegressor converted alone) and '
+                     'give utrain its .tflite or .onnx')
         if node.domain not in ('', 'ai.onnx'):
             self.err(f'operator domain {node.domain!r} is not supported')
         if t == 'Constant':
@@ -2017,12 +2024,36 @@ def _static_shape(vi, batch1=False):
     return out
 
 
+def _external_data_beside(path):
+    """ModelError where the weights of .onnx file path are stored in a file of their own
+    (ONNX external data: torch.onnx.export's model.onnx.data beside model.onnx) that is
+    not beside it: which file, and what to do (onnx's own error said the tensor 'should
+    be stored in ... but it is not regular file')."""
+    onnx = _onnx()
+    try:
+        m = onnx.load(path, load_external_data=False)
+    except Exception:   # noqa: B902 - (load says what is wrong with the file)
+        return
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    folder = os.path.dirname(os.path.abspath(path))
+    locs = {ExternalDataInfo(t).location for t in m.graph.initializer if uses_external_data(t)}
+    missing = sorted(loc for loc in locs if not os.path.isfile(os.path.join(folder, loc)))
+    if missing:
+        raise ModelError(path, f'its weights are stored in a file of their own, '
+                         f'{" and ".join(map(repr, missing))} (ONNX external data, as '
+                         'torch.onnx.export writes them), which is not in '
+                         f'{folder}: put it beside the .onnx under that name (copy both '
+                         'files), or save the model as one file: onnx.save(onnx.load(SRC), '
+                         'DST, save_as_external_data=False) where both are')
+
+
 def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
     from .ir import check_path
     onnx = _onnx()
     path = check_path(path)
+    _external_data_beside(path)
     try:
         model = onnx.load(path)
     except Exception as e:

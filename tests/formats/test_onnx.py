@@ -1449,3 +1449,43 @@ def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     with pytest.raises(ModelError, match=r'draw \(RandomNormalLike\).*a random draw.*'
                        r'deterministic action'):
         read_model(p)
+
+
+def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
+    """A GitHub model.onnx whose weights torch.onnx.export wrote to model.onnx.data (ONNX
+    external data), copied without that file: refused as 'not a valid ONNX model
+    (ValidationError: Data of TensorProto ... should be stored in ..., but it is not
+    regular file)'; now it names the file and what to do (with the file beside it, it
+    reads).  A scikit-learn model ('operator domain ai.onnx.ml is not supported'): that it
+    is no neural network, and what to give utrain."""
+    p = _tiny(os.fspath(tmp_path / 'tiny.onnx'), 'Relu')
+    from onnx import numpy_helper
+    m = onnx.load(p)
+    for t in m.graph.initializer:       # (raw bytes: what goes to external data)
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
+    d = tmp_path / 'sub'
+    d.mkdir()
+    onnx.save_model(m, os.fspath(d / 'm.onnx'), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location='m.onnx.data', size_threshold=0)
+    assert read_model(os.fspath(d / 'm.onnx')).ops
+    os.rename(d / 'm.onnx.data', tmp_path / 'elsewhere.data')
+    with pytest.raises(ModelError, match=r"m.onnx: its weights are stored in a file of their "
+                       r"own, 'm.onnx.data'.*put it beside the .onnx"):
+        read_model(os.fspath(d / 'm.onnx'))
+    # (a scikit-learn model through skl2onnx, two real GitHub ones: no neural network)
+    from onnx import TensorProto as T, helper
+    vi = helper.make_tensor_value_info
+    node = helper.make_node('TreeEnsembleRegressor', ['x'], ['y'], domain='ai.onnx.ml',
+                            n_targets=1, nodes_treeids=[0], nodes_nodeids=[0],
+                            nodes_featureids=[0], nodes_values=[0.0], nodes_modes=['LEAF'],
+                            nodes_truenodeids=[0], nodes_falsenodeids=[0],
+                            target_treeids=[0], target_nodeids=[0], target_ids=[0],
+                            target_weights=[1.0])
+    p = os.fspath(tmp_path / 'trees.onnx')
+    onnx.save(helper.make_model(helper.make_graph([node], 'g', [vi('x', T.FLOAT, [1, 4])],
+                                                  [vi('y', T.FLOAT, [1, 1])]),
+                                opset_imports=[helper.make_opsetid('', 17),
+                                               helper.make_opsetid('ai.onnx.ml', 3)]), p)
+    with pytest.raises(ModelError, match=r"TreeEnsembleRegressor is a classical machine-learning "
+                       r"model's.*train one on the same features"):
+        read_model(p)
