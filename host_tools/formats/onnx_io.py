@@ -589,10 +589,12 @@ class _Reader(RecurrentOps):
             if zero_fill is None:       # (x + 0, a zero state's: x as it is)
                 src = next((v for v in present if v not in self.fills), None)
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
-                     'Add') and (src in self.inits or src in self.reshaped) and \
-                    src not in self.fills and (t != 'Add' or zero_fill is None):
-                # a weight reshaped or transposed by nodes (a dynamo export's
-                # Transpose(weight) into a MatMul): the steps export maps back by
+                     'Add', 'Cast') and (src in self.inits or src in self.reshaped) and \
+                    src not in self.fills and (t != 'Add' or zero_fill is None) and \
+                    (t != 'Cast' or a.get('to') == 1):
+                # a weight reshaped, transposed or cast to float32 by nodes (a dynamo
+                # export's Transpose(weight) into a MatMul; a float16 weight's Cast): the
+                # steps export maps back by (it writes the initializer's own type)
                 init, pre = (src, []) if src in self.inits else self.reshaped[src]
                 self.reshaped[node.output[0]] = (init, pre + (
                     [('T', list(a.get('perm', range(np.ndim(self.const[src]))[::-1])))]

@@ -1369,19 +1369,25 @@ def test_tied_weight_trains_as_one_and_exports_as_trained(tmp_path, own_bias):
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
 
 
-def test_weight_transposed_by_a_node_exports(tmp_path):
+@pytest.mark.parametrize('how', ['transpose', 'float16'])
+def test_weight_transposed_by_a_node_exports(tmp_path, how):
     """A weight a Transpose node turns for a MatMul (torch's dynamo export keeps
-    Transpose(weight) nodes) was a tensor 'computed from initializers': it trained, and
-    export refused it, advising an export with constant folding.  The transpose is a step
-    export maps back: ORT on the export = utrain's trained forward."""
-    from onnx import TensorProto as T, helper
+    Transpose(weight) nodes), or a float16 initializer a Cast makes float32, was a tensor
+    'computed from initializers': it trained, and export refused it, advising an export
+    with constant folding.  The transpose or cast is a step export maps back (a float16
+    initializer written back as float16): ORT on the export = utrain's trained forward."""
+    from onnx import TensorProto as T, helper, numpy_helper
     r = np.random.default_rng(0)
     w = (0.6 * r.standard_normal((3, 4))).astype(np.float32)
-    nodes = [helper.make_node('Transpose', ['w'], ['wt'], perm=[1, 0]),
-             helper.make_node('MatMul', ['x', 'wt'], ['y'])]
+    if how == 'transpose':
+        init = numpy_helper.from_array(w, 'w')
+        nodes = [helper.make_node('Transpose', ['w'], ['wt'], perm=[1, 0])]
+    else:
+        init = numpy_helper.from_array(w.T.astype(np.float16), 'w')
+        nodes = [helper.make_node('Cast', ['w'], ['wt'], to=T.FLOAT)]
+    nodes.append(helper.make_node('MatMul', ['x', 'wt'], ['y']))
     g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])],
-                          [helper.make_tensor('w', T.FLOAT, [3, 4], w.ravel())])
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], [init])
     p = os.fspath(tmp_path / 'tw.onnx')
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
     xs = r.standard_normal((16, 4)).astype(np.float32)
@@ -1393,8 +1399,10 @@ def test_weight_transposed_by_a_node_exports(tmp_path):
     assert code == 0, text
     out = os.fspath(tmp_path / 'trained.onnx')
     export(p, os.path.join(d, 'trained.wof'), out)
-    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
-    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
+    tol = 1e-5 if how == 'transpose' else 2e-3      # (written back as float16)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < tol
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-2       # (it trained)
+    assert onnx.load(out).graph.initializer[0].data_type == init.data_type
 
 
 def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
