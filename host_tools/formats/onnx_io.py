@@ -2008,7 +2008,36 @@ def _open_shape(vi) -> str:
             'utrain trains a fixed input shape: export the model with it fixed (tf2onnx: '
             '--inputs NAME[1,F,...] or a Keras Input with every size given; torch.onnx.export: '
             'leave the axis out of dynamic_axes), or set it in the file with '
-            'onnx.tools.update_model_dims.update_inputs_outputs_dims')
+            'onnx.tools.update_model_dims.update_inputs_outputs_dims; prepare and evaluate '
+            'with data set it from the samples themselves (a model of one input: an .npz x '
+            'of its rank, or one open dimension)')
+
+
+def open_inputs(model) -> dict:
+    """{input name: its dimensions, None where one after the batch is known only at run
+    time} of ModelProto model's inputs that have such dimensions (torch.onnx.export's
+    dynamic_axes on a sequence's length)."""
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.tensor_type.HasField('shape'):
+            continue
+        dims = [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else None
+                for d in vi.type.tensor_type.shape.dim]
+        if any(d is None for d in dims[1:]):
+            out[vi.name] = dims
+    return out
+
+
+def with_dims(model, dims: dict):
+    """ModelProto model with its inputs' open dimensions set: dims {input name: shape}
+    (the batch 1 too); the copy prepare trains (prepare.json's "fixed_dims")."""
+    for vi in model.graph.input:
+        if vi.name in dims:
+            for d, n in zip(vi.type.tensor_type.shape.dim, dims[vi.name]):
+                d.Clear()
+                d.dim_value = int(n)
+    return model
 
 
 def _static_shape(vi, batch1=False):

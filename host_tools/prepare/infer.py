@@ -584,6 +584,42 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     return out, y, io_name(g, g.outputs[0]), runtime
 
 
+def _fixed_dims(model, data):
+    """A context giving the path of a copy of .onnx model with its input's dimensions
+    known only at run time set as data's samples have them (prepare's fixed_dims_copy),
+    or None where it has none, or they cannot be told."""
+    import contextlib
+    import shutil
+    import tempfile
+    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
+    from .pipeline import _sample_dims
+    if not is_onnx(model) or not os.path.isfile(os.fspath(model)):
+        return None
+    try:
+        m = _onnx().load(os.fspath(model))
+        opens = open_inputs(m)
+    except Exception:   # noqa: B902 - (evaluate's own read says what is wrong)
+        return None
+    if len(opens) != 1:
+        return None
+    (name, dims), = opens.items()
+    got = _sample_dims(data, dims)
+    if got is None:
+        return None
+
+    @contextlib.contextmanager
+    def copy():
+        d = tempfile.mkdtemp(prefix='utrain-dims-')
+        try:
+            path = os.path.join(d, os.path.basename(os.fspath(model)))
+            with open(path, 'wb') as f:
+                f.write(with_dims(m, {name: got}).SerializeToString())
+            yield path
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return copy()
+
+
 def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None,
              output=None):
     """Score model (a file) on data (.npz, .csv, .ds or a folder of class folders, read as
@@ -593,6 +629,10 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     keep = None
     if os.path.exists(os.fspath(model)) and not os.fspath(model).lower().endswith('.onnx'):
         model, keep = unbatched(model)      # (a batch fixed in the file: run at batch 1)
+    fixed = _fixed_dims(model, data)
+    if fixed is not None:       # (an .onnx input open at run time: the data's size)
+        with fixed as path:
+            return evaluate(path, data, nchw, metric, label, size, limit, output)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
         # (an .onnx model's outputs the reader left out: ORT still makes them, the output

@@ -1497,3 +1497,48 @@ def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
     with pytest.raises(ModelError, match=r"TreeEnsembleRegressor is a classical machine-learning "
                        r"model's.*train one on the same features"):
         read_model(p)
+
+
+def test_open_length_is_set_from_the_samples(tmp_path):
+    """A GitHub PyTorch Conv1d seq2point model exported with dynamic_axes on its length
+    (input [batch, 1, 'time']) was refused: utrain trains a fixed shape.  With --data,
+    prepare trains a copy with the samples' length (and says so), export writes the
+    trained weights into the file as it was (the length open: ORT runs it at another),
+    and evaluate scores the original on the data; ORT on the export = utrain's trained
+    forward.  Without data (inspect), the refusal says data would set it."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(0)
+    w1 = (0.4 * r.standard_normal((4, 2, 3))).astype(np.float32)
+    w2 = (0.4 * r.standard_normal((1, 4, 3))).astype(np.float32)
+    nodes = [helper.make_node('Conv', ['x', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
+             helper.make_node('Relu', ['h'], ['a']),
+             helper.make_node('Conv', ['a', 'w2'], ['y'], pads=[1, 1], kernel_shape=[3])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, ['n', 2, 'time'])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, ['n', 1, 'time'])],
+                          [numpy_helper.from_array(w1, 'w1'), numpy_helper.from_array(w2, 'w2')])
+    p = os.fspath(tmp_path / 'seq.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'dimension 2 known only at run time.*prepare and '
+                       r'evaluate with data set it'):
+        read_model(p)
+    xs = r.standard_normal((16, 2, 12)).astype(np.float32)
+    ys = (0.5 * (xs[:, :1] + np.roll(xs[:, 1:], 1, 2))).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=ys)
+    d, said = os.fspath(tmp_path / 'run'), []
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.02,
+            epochs=2, log=said.append)
+    assert any("input 'x' has dimension 2 known only at run time; it trains at 12" in m
+               for m in said), said
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    dims = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
+    assert dims[2].dim_param == 'time'
+    got = ort.InferenceSession(out, providers=['CPUExecutionProvider']).run(
+        None, {'x': xs})[0].reshape(16, -1)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - got).max() < 1e-5
+    before = evaluate(p, os.fspath(tmp_path / 'd.npz'))
+    after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert after['mae'] < before['mae']
