@@ -1542,3 +1542,40 @@ def test_open_length_is_set_from_the_samples(tmp_path):
     before = evaluate(p, os.fspath(tmp_path / 'd.npz'))
     after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
     assert after['mae'] < before['mae']
+
+
+def test_tied_conv_weight_keeps_its_batchnorms_apart(tmp_path):
+    """One conv initializer two Conv nodes read (the same layer applied twice), each
+    followed by a BatchNormalization of its own, frozen (--train last:1): a tied weight is
+    one tensor (an ONNX initializer is one parameter), and folding each BatchNorm into it
+    would scale it for the other conv too; they stay separate ops.  utrain's forward =
+    ONNX Runtime's."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    C = 3
+    w = (0.5 * r.standard_normal((C, C, 3, 3))).astype(np.float32)
+    inits = [numpy_helper.from_array(w, 'w'),
+             numpy_helper.from_array((0.1 * r.standard_normal(C)).astype(np.float32), 'b'),
+             numpy_helper.from_array((0.3 * r.standard_normal((2, C))).astype(np.float32), 'fc')]
+    for j in (1, 2):
+        for n, v in (('s', 1 + 0.3 * r.standard_normal(C)), ('o', 0.2 * r.standard_normal(C)),
+                     ('m', 0.1 * r.standard_normal(C)), ('v', 1 + 0.2 * r.random(C))):
+            inits.append(numpy_helper.from_array(np.asarray(v, np.float32), f'{n}{j}'))
+    nodes = [helper.make_node('Conv', ['x', 'w', 'b'], ['c1'], pads=[1, 1, 1, 1]),
+             helper.make_node('BatchNormalization', ['c1', 's1', 'o1', 'm1', 'v1'], ['n1']),
+             helper.make_node('Relu', ['n1'], ['a1']),
+             helper.make_node('Conv', ['a1', 'w', 'b'], ['c2'], pads=[1, 1, 1, 1]),
+             helper.make_node('BatchNormalization', ['c2', 's2', 'o2', 'm2', 'v2'], ['n2']),
+             helper.make_node('GlobalAveragePool', ['n2'], ['g']),
+             helper.make_node('Flatten', ['g'], ['f']),
+             helper.make_node('Gemm', ['f', 'fc'], ['y'], transB=1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, C, 5, 5])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
+    p = os.fspath(tmp_path / 'tiedbn.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((6, C, 5, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((6, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', train='last:1', lr=0.01,
+            epochs=1, log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-4, atol=1e-5)
