@@ -83,8 +83,12 @@ _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sampl
            'trains deterministic models: export the model without it (a Stable-Baselines3 '
            'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
            'it beside another output, which utrain then trains alone')
+_LABEL = ('it picks a class number (no gradient through it): export the model ending in its '
+          'scores or probabilities (before the ArgMax; take the largest on the board), or keep '
+          'it beside those as another output, which utrain then leaves out')
 ADVICE = {op: _RANDOM for op in ('RandomNormal', 'RandomNormalLike', 'RandomUniform',
                                  'RandomUniformLike', 'Multinomial', 'Bernoulli')}
+ADVICE.update({op: _LABEL for op in ('ArgMax', 'ArgMin', 'TopK')})
 ADVICE.update({op: _QUANTIZED for op in (
     'DynamicQuantizeLinear', 'QuantizeLinear', 'DequantizeLinear', 'MatMulInteger',
     'ConvInteger', 'QLinearConv', 'QLinearMatMul', 'QLinearAdd', 'QLinearMul',

@@ -1457,6 +1457,10 @@ def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     with pytest.raises(ModelError, match=r'draw \(RandomNormalLike\).*a random draw.*'
                        r'deterministic action'):
         read_model(p)
+    only = helper.make_graph(nodes[:3], 'g', [vi('x', T.FLOAT, [1, 4])], [outs[0]], inits[:1])
+    onnx.save(helper.make_model(only, opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'ArgMax.*picks a class number.*scores or probabilities'):
+        read_model(p)
 
 
 def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
