@@ -492,14 +492,22 @@ class _Reader(RecurrentOps):
         if not live and first is not None:
             raise first
         self.dropped = [(vi.name, dead[vi.name].message) for vi in g.output if vi.name in dead]
-        outs = []
+        outs, passed = [], []
         for vi in live:
             if vi.name in self.const:
                 raise ModelError(self.path, f'output {vi.name!r} is a constant')
             k = self.get(vi.name, 'plain')
-            if k in [self.plain.get(v.name) for v in inputs]:
-                raise ModelError(self.path, f'output {vi.name!r} is the input')
+            src = next((v.name for v in inputs if self.plain.get(v.name) == k), None)
+            if src is not None:     # (Godot RL Agents' state_ins -> state_outs)
+                passed.append((vi.name, src))
+                continue
             outs.append(k)
+        if passed and not outs:
+            raise ModelError(self.path, f'output {passed[0][0]!r} is the input')
+        self.dropped += [(name, f'it is input {src!r} passed through (Identity: a recurrent '
+                                'state\'s placeholder), nothing to train')
+                         for name, src in passed]
+        self.unread = []
         if self.dropped:        # (the ops only the outputs left out read: none to train)
             need, kept = set(outs), []
             for op in reversed(self.ops):
@@ -509,6 +517,12 @@ class _Reader(RecurrentOps):
             self.ops[:] = kept[::-1]
             for j, op in enumerate(self.ops):
                 op.index = j
+            # (an input only those outputs read: the run has none of it; evaluate feeds
+            # ONNX Runtime zeros for it)
+            self.unread = [v.name for v in inputs if self.plain[v.name] not in need]
+            inputs = [v for v in inputs if v.name not in self.unread]
+            if not inputs:
+                raise ModelError(self.path, 'no output left that reads an input')
         opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
                     default=0)
         gr = Graph(path=self.path, identifier=b'CIR0', version=3,
@@ -520,6 +534,7 @@ class _Reader(RecurrentOps):
         gr.onnx_origin = self.origin
         # [(output name, why)]: outputs left out, each needing a node utrain cannot read
         gr.onnx_dropped = self.dropped
+        gr.onnx_unread = self.unread       # inputs only those outputs read
         return gr
 
     def step(self, i, node):

@@ -496,6 +496,11 @@ def scores(out, y, metric=None):
             'loss': float(np.mean(d * d)), 'loss_name': 'mse'}
 
 
+_ORT_TYPES = {'tensor(float)': np.float32, 'tensor(double)': np.float64,
+              'tensor(int64)': np.int64, 'tensor(int32)': np.int32, 'tensor(bool)': np.bool_,
+              'tensor(float16)': np.float16}
+
+
 def several_predictor(path, g):
     """(run(feeds, i) -> output g.outputs[0] (choose_output's) of sample i, runtime name)
     for a model with several inputs or outputs: feeds {input tensor name: samples in its
@@ -507,8 +512,13 @@ def several_predictor(path, g):
         onnx_predictor(path)            # (ONNX Runtime installed and loads it)
         import onnxruntime as ort
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
-        return (lambda feeds, i: sess.run([k.name], {t.name: feeds[t.name][i:i + 1] for t in ins})[0],
-                'ONNX Runtime')
+        # (an input only outputs the reader left out read, a Godot RL policy's state_ins:
+        # zeros of its type, a sample's shape)
+        zeros = {x.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in x.shape],
+                                  _ORT_TYPES.get(x.type, np.float32))
+                 for x in sess.get_inputs() if x.name not in {t.name for t in ins}}
+        return (lambda feeds, i: sess.run([k.name], dict(
+            zeros, **{t.name: feeds[t.name][i:i + 1] for t in ins}))[0], 'ONNX Runtime')
     from .quant import float_ends       # (a full-int8 file with float ends: int8 inside)
     if any(t.dtype in ('int8', 'uint8') for t in ins + [k]) or float_ends(g):
         if g.identifier != b'TFL3':

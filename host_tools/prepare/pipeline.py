@@ -442,7 +442,10 @@ def dropped_outputs(model_path, g) -> list:
     value head), and that export keeps them."""
     return [f'{model_path}: output {name!r} is left out (utrain trains the others; export '
             f'writes the file with it, the trained weights in): {why}'
-            for name, why in getattr(g, 'onnx_dropped', ())]
+            for name, why in getattr(g, 'onnx_dropped', ())] + [
+        f'{model_path}: input {name!r} is read only by outputs left out: the run takes no '
+        'samples of it (evaluate gives ONNX Runtime zeros for it)'
+        for name in getattr(g, 'onnx_unread', ())]
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,

@@ -1583,3 +1583,44 @@ def test_tied_conv_weight_keeps_its_batchnorms_apart(tmp_path):
     prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', train='last:1', lr=0.01,
             epochs=1, log=lambda *a: None)
     np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-4, atol=1e-5)
+
+
+def test_output_passing_an_input_through_is_left_out(tmp_path):
+    """A Godot RL Agents policy as its exporter writes every one (a GitHub agent):
+    inputs obs and state_ins, outputs output and state_outs = Identity(state_ins), a
+    recurrent state's placeholder.  It was refused ("output 'state_outs' is the input");
+    that output is left out and the input only it reads with it (said), the policy trains
+    on samples of obs alone, export writes the whole file and evaluate feeds ONNX Runtime
+    zeros for state_ins."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(0)
+    w = (0.5 * r.standard_normal((3, 6))).astype(np.float32)
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node('Gemm', ['obs', 'w'], ['output'], transB=1),
+             helper.make_node('Identity', ['state_ins'], ['state_outs'])]
+    g = helper.make_graph(nodes, 'g', [vi('obs', T.FLOAT, ['batch_size', 6]),
+                                       vi('state_ins', T.FLOAT, ['batch_size'])],
+                          [vi('output', T.FLOAT, ['batch_size', 3]),
+                           vi('state_outs', T.FLOAT, ['batch_size'])],
+                          [numpy_helper.from_array(w, 'w')])
+    p = os.fspath(tmp_path / 'godot.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((20, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.tanh(xs[:, :3]).astype(np.float32))
+    d, said = os.fspath(tmp_path / 'run'), []
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
+            epochs=2, log=said.append)
+    text = '\n'.join(said)
+    assert "output 'state_outs' is left out" in text and "input 'state_ins' passed" in text, text
+    assert "input 'state_ins' is read only by outputs left out" in text, text
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    got = np.concatenate([sess.run(['output'], {'obs': xs[i:i + 1], 'state_ins': np.zeros(1, np.float32)})[0]
+                          for i in range(20)])
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - got).max() < 1e-5
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert e['output'] == 'output' and abs(e['mae'] - np.abs(got - np.tanh(xs[:, :3])).mean()) < 1e-5
