@@ -533,6 +533,15 @@ def several_predictor(path, g):
             return _as_output(k, np.asarray(it.get_output(g.output_at), np.float64))
         return run, 'TFLite Micro'
     h, src, keep = _shapes_folded(g), path, None
+    if any(t.dtype == 'float16' for t in g.tensors):
+        # (a float16-quantized file: ONERT cannot load its DEQUANTIZEs of float16 weights;
+        # the weights as float32, as prepare reads them, the same values)
+        import copy
+        from ..graph.qparams import dequantize
+        from ..graph.inout import compact
+        h = copy.deepcopy(h if h is not None else g)
+        dequantize(h)
+        compact(h)
     if h is not None:
         import tempfile
         from ..graph.inout import save_graph

@@ -558,3 +558,34 @@ def test_fake_quant_weight_of_no_shape_in_the_file_reads(tmp_path):
     r = evaluate(os.fspath(tmp_path / 'out.tflite'), os.fspath(out / 'test.ds'))
     rows = list(csv.DictReader(open(out / 'train.log')))
     assert min(abs(r['loss'] - float(t['test_loss'])) for t in rows[1:]) < 1e-4, (r, rows)
+
+
+def test_float16_file_of_two_inputs_is_scored(tmp_path):
+    """A float16-quantized .tflite of two inputs (a GitHub microplastic detector: a
+    200-step spectrum and 7 features): evaluate stopped ('ONERT cannot load it'), where a
+    one-input file is scored; the weights are read as float32 (prepare reads them so) and
+    the score is the model's."""
+    from host_tools.prepare.infer import evaluate
+    rng = np.random.default_rng(0)
+    w0, w1 = (rng.standard_normal((2, n)).astype(np.float16) for n in (4, 3))
+    b = CircleBuilder(identifier=b'TFL3')
+    x0, x1 = b.tensor('a', [1, 4]), b.tensor('b', [1, 3])
+    parts = []
+    for n, x, w in (('w0', x0, w0), ('w1', x1, w1)):
+        d = b.tensor(n, [2, w.shape[1]])
+        b.op('DEQUANTIZE', [b.tensor(n + '16', list(w.shape), data=w, dtype='float16')], [d])
+        z = b.tensor(n + '_out', [1, 2])
+        b.op('FULLY_CONNECTED', [x, d, -1], [z])
+        parts.append(z)
+    y = b.tensor('y', [1, 2])
+    b.op('ADD', parts, [y], fused_activation_function='NONE')
+    b.inputs(x0, x1)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'f16.tflite')
+    b.save(src)
+    a, c = rng.standard_normal((10, 4)).astype(np.float32), rng.standard_normal((10, 3)).astype(np.float32)
+    ref = a @ w0.astype(np.float64).T + c @ w1.astype(np.float64).T
+    t = (ref + 0.5).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', a=a, b=c, y=t)
+    r = evaluate(src, os.fspath(tmp_path / 'd.npz'))
+    assert abs(r['mae'] - 0.5) < 1e-4, r
