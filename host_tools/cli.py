@@ -54,6 +54,9 @@ def cmd_inspect(a):
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
     from .graph.inout import choose_output, join_ops, needed
+    from .prepare.pipeline import dropped_outputs
+    for line in dropped_outputs(a.model, g):
+        print(line.replace(f'{a.model}: ', '', 1))
     note = choose_output(g)      # (several outputs: the one prepare trains by default)
     if note:
         print(note.replace(f'{a.model}: ', '', 1))

@@ -486,6 +486,20 @@ def _graph_from(path, raw: bytes, model) -> Graph:
 _READ = {}      # the last few circle files read: {(path, size, mtime): Graph}
 
 
+def _quantize_shapes(g: Graph) -> None:
+    """A QUANTIZE or DEQUANTIZE output the file gives no shape ([]) for a tensor of some
+    (a quantization-aware-trained Keras model converted without quantizing: a weight's
+    fake-quant pair, QUANTIZE of the constant [2, 8] -> [] -> DEQUANTIZE -> [] read as
+    the FULLY_CONNECTED's weight, which prepare refused as not fitting) has its input's
+    shape, as the runtime gives it."""
+    for op in g.ops:
+        if op.name in ('QUANTIZE', 'DEQUANTIZE') and op.inputs and op.outputs and \
+                min(op.inputs[0], op.outputs[0]) >= 0:
+            x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+            if not y.shape and x.shape:
+                y.shape = list(x.shape)
+
+
 def read_model(path) -> Graph:
     """Read subgraph 0 of a circle or TFLite model file, or an .onnx model translated into
     the same IR (host_tools/formats/onnx_io.py). Raises :class:`ModelError`.  A circle
@@ -506,6 +520,7 @@ def read_model(path) -> Graph:
     raw = _read_bytes(path)
     model = _unpack(path, raw)
     g = _graph_from(path, raw, model)
+    _quantize_shapes(g)
     drop_final_log_softmax(g)
     if key is not None:
         if len(_READ) >= 4:

@@ -69,7 +69,7 @@ SUPPORTED = sorted({
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
-    'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
+    'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
 
@@ -79,10 +79,20 @@ _QUANTIZED = ('a model quantized by onnxruntime.quantization (quantize_dynamic o
               '.onnx: give utrain the float model from before quantizing it (its training '
               'is float32 anyway; quantize the exported model again after), or a '
               'full-integer .tflite for int8 training')
-ADVICE = {op: _QUANTIZED for op in (
+_RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
+           'trains deterministic models: export the model without it (a Stable-Baselines3 '
+           'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
+           'it beside another output, which utrain then trains alone')
+_LABEL = ('it picks a class number (no gradient through it): export the model ending in its '
+          'scores or probabilities (before the ArgMax; take the largest on the board), or keep '
+          'it beside those as another output, which utrain then leaves out')
+ADVICE = {op: _RANDOM for op in ('RandomNormal', 'RandomNormalLike', 'RandomUniform',
+                                 'RandomUniformLike', 'Multinomial', 'Bernoulli')}
+ADVICE.update({op: _LABEL for op in ('ArgMax', 'ArgMin', 'TopK')})
+ADVICE.update({op: _QUANTIZED for op in (
     'DynamicQuantizeLinear', 'QuantizeLinear', 'DequantizeLinear', 'MatMulInteger',
     'ConvInteger', 'QLinearConv', 'QLinearMatMul', 'QLinearAdd', 'QLinearMul',
-    'QGemm', 'DynamicQuantizeMatMul')}
+    'QGemm', 'DynamicQuantizeMatMul')})
 
 
 def _onnx():
@@ -223,6 +233,17 @@ def _fold(node, vals, a):
         return x * np.ones([int(d) for d in vals[1]], x.dtype)
     if t == 'Transpose':
         return x.transpose(a.get('perm'))
+    if t == 'Split':            # a tuple: one value an output (_Reader.step)
+        ax = int(a.get('axis', 0)) % x.ndim
+        if len(vals) > 1 and vals[1] is not None:
+            sizes = [int(v) for v in vals[1]]
+        elif 'split' in a:
+            sizes = [int(v) for v in a['split']]
+        else:                   # opset 18's num_outputs (the last part the smaller)
+            n = int(a.get('num_outputs', len(node.output)))
+            sizes = [-(-x.shape[ax] // n)] * n
+            sizes[-1] = x.shape[ax] - sum(sizes[:-1])
+        return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=ax))
     if t in ('ReduceProd', 'ReduceSum', 'ReduceMax', 'ReduceMin'):
         f = {'ReduceProd': np.prod, 'ReduceSum': np.sum, 'ReduceMax': np.max,
              'ReduceMin': np.min}[t]
@@ -233,6 +254,11 @@ def _fold(node, vals, a):
 
 
 # --------------------------------------------------------------------------- reader
+
+# ops that only select or reshape their first input: a zero initializer read only by them
+# is a state, not a parameter (_Reader.run)
+_STATE_READERS = ('Split', 'Squeeze', 'Unsqueeze', 'Reshape', 'Expand', 'Slice', 'Gather',
+                  'Identity', 'Flatten', 'Tile')
 
 class _Reader(RecurrentOps):
     def __init__(self, path, model):
@@ -250,6 +276,7 @@ class _Reader(RecurrentOps):
         self.reshaped: dict[str, tuple] = {}         # constant -> (initializer, steps): a
         #                                              reshape of it folded (export maps back)
         self.origin: dict[str, tuple] = {}
+        self.shared: dict = {}      # (initializer, steps, dtype, shape): its IR tensor
         self.fills: set = set()     # constants made of no weight: a ConstantOfShape's fill
         #                             and what is folded from fills and shapes alone
         self.consumers: dict[str, list] = {}
@@ -280,13 +307,22 @@ class _Reader(RecurrentOps):
         return t.index
 
     def const_tensor(self, name, value, init=None, steps=(), dtype=np.float32):
-        """An IR constant of value (made from initializer init by steps, for export)."""
+        """An IR constant of value (made from initializer init by steps, for export).  An
+        initializer several nodes read the same way (a layer applied again: an unrolled
+        RNN's steps, tied weights) is one IR tensor, one parameter as in the model: a
+        tensor each would train apart and export could write back only one of them."""
         v = np.asarray(value, dtype=dtype)
-        k = self.tensor(name, v.shape, v)
         if init is None and name in self.reshaped:      # e.g. Unsqueeze(gn.weight)
             init, pre = self.reshaped[name]
             steps = pre + list(steps)
+        key = (init, repr(list(steps)), v.dtype.str, v.shape) if init is not None else None
+        if key in self.shared:
+            k = self.shared[key]
+            if np.array_equal(self.tensors[k].data, v):
+                return k
+        k = self.tensor(name, v.shape, v)
         if init is not None:
+            self.shared[key] = k
             self.origin[self.tensors[k].name] = ('plain', init, list(steps))
         elif name in self.fills:
             # (a fill of a run-time shape, an SB3 policy's ones_like times exp(log_std):
@@ -382,6 +418,11 @@ class _Reader(RecurrentOps):
         if src in self.shape:
             self.shape[dst] = self.shape[src]
 
+    def _no_param(self, v) -> bool:
+        """Constant v is no parameter of the model's maker: a fill (ConstantOfShape, a zero
+        state) or integers (shapes, axes, indices)."""
+        return v in self.fills or np.asarray(self.const[v]).dtype.kind in 'iub'
+
     def cval(self, v, what):
         if v not in self.const:
             self.err(f'{what} ({v!r}) must be a constant')
@@ -402,6 +443,15 @@ class _Reader(RecurrentOps):
         for node in self.nodes:
             for i in node.input:
                 self.consumers.setdefault(i, []).append(node)
+        for name in self.inits:
+            # all zeros and read only to be split, sliced or reshaped: an initial state
+            # (torch.zeros in forward, lifted to an initializer by the dynamo exporter), no
+            # parameter; a parameter (a zero bias) is read by the op it belongs to
+            c = self.consumers.get(name)
+            if c and all(n.op_type in _STATE_READERS and n.input[0] == name for n in c) and \
+                    np.asarray(self.const[name]).dtype.kind == 'f' and \
+                    not np.any(self.const[name]):
+                self.fills.add(name)
         inputs = [vi for vi in g.input if vi.name not in self.const]
         for vi in inputs:
             s = _static_shape(vi, batch1=True)
@@ -419,20 +469,60 @@ class _Reader(RecurrentOps):
             self.shape[vi.name] = s
             self.plain[vi.name] = self.tensor(vi.name, s)
         self.skip = set()
+        # values made by a node utrain cannot read, and those made from them: an output
+        # that needs one is left out where another can be read (a stochastic policy's
+        # sampled action beside its value head, a label's ArgMax beside the scores)
+        dead, first = {}, None      # {value: the ModelError of the node it needs}
         for i, node in enumerate(self.nodes):
             if i in self.skip:
                 continue
             self.node = node
-            self.step(i, node)
+            e = next((dead[v] for v in node.input if v in dead), None)
+            if e is None:
+                n_ops = len(self.ops)
+                try:
+                    self.step(i, node)
+                    continue
+                except ModelError as err:
+                    del self.ops[n_ops:]
+                    first, e = first or err, err
+            dead.update((o, e) for o in node.output)
         self.node = None
-        outs = []
-        for vi in g.output:
+        live = [vi for vi in g.output if vi.name not in dead]
+        if not live and first is not None:
+            raise first
+        self.dropped = [(vi.name, dead[vi.name].message) for vi in g.output if vi.name in dead]
+        outs, passed = [], []
+        for vi in live:
             if vi.name in self.const:
                 raise ModelError(self.path, f'output {vi.name!r} is a constant')
             k = self.get(vi.name, 'plain')
-            if k in [self.plain.get(v.name) for v in inputs]:
-                raise ModelError(self.path, f'output {vi.name!r} is the input')
+            src = next((v.name for v in inputs if self.plain.get(v.name) == k), None)
+            if src is not None:     # (Godot RL Agents' state_ins -> state_outs)
+                passed.append((vi.name, src))
+                continue
             outs.append(k)
+        if passed and not outs:
+            raise ModelError(self.path, f'output {passed[0][0]!r} is the input')
+        self.dropped += [(name, f'it is input {src!r} passed through (Identity: a recurrent '
+                                'state\'s placeholder), nothing to train')
+                         for name, src in passed]
+        self.unread = []
+        if self.dropped:        # (the ops only the outputs left out read: none to train)
+            need, kept = set(outs), []
+            for op in reversed(self.ops):
+                if need.intersection(op.outputs):
+                    need.update(k for k in op.inputs if k >= 0)
+                    kept.append(op)
+            self.ops[:] = kept[::-1]
+            for j, op in enumerate(self.ops):
+                op.index = j
+            # (an input only those outputs read: the run has none of it; evaluate feeds
+            # ONNX Runtime zeros for it)
+            self.unread = [v.name for v in inputs if self.plain[v.name] not in need]
+            inputs = [v for v in inputs if v.name not in self.unread]
+            if not inputs:
+                raise ModelError(self.path, 'no output left that reads an input')
         opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
                     default=0)
         gr = Graph(path=self.path, identifier=b'CIR0', version=3,
@@ -442,12 +532,22 @@ class _Reader(RecurrentOps):
                    inputs=[self.plain[vi.name] for vi in inputs], outputs=outs, metadata={},
                    n_subgraphs=1)
         gr.onnx_origin = self.origin
+        # [(output name, why)]: outputs left out, each needing a node utrain cannot read
+        gr.onnx_dropped = self.dropped
+        gr.onnx_unread = self.unread       # inputs only those outputs read
         return gr
 
     def step(self, i, node):
         t = node.op_type
         a = _attrs(node)
         ins = list(node.input)
+        if node.domain == 'ai.onnx.ml':
+            self.err(f'operator domain \'ai.onnx.ml\' is not supported: {t} is a classical '
+                     'machine-learning model\'s (scikit-learn through skl2onnx: trees, '
+                     'linear models, scalers), not a neural network\'s layer; utrain trains '
+                     'neural networks: train one on the same features (Keras, PyTorch, or '
+                     'scikit-learn\'s MLPClassifier / MLPRegressor converted alone) and '
+                     'give utrain its .tflite or .onnx')
         if node.domain not in ('', 'ai.onnx'):
             self.err(f'operator domain {node.domain!r} is not supported')
         if t == 'Constant':
@@ -472,21 +572,53 @@ class _Reader(RecurrentOps):
             return
         if present and all(v in self.const for v in present):
             vals = [self.const[v] if v else None for v in ins]
-            r = _fold(node, vals, a)
+            # a product with a zero state (no parameter): zeros, whatever the other factor
+            # (a weight's gradient through it is 0 too): an unrolled RNN's first step
+            zero_fill = t in ('MatMul', 'Mul') and any(
+                v in self.fills and not np.any(self.const[v]) for v in present)
+            if t == 'Add' and len(present) == 2 and any(
+                    v in self.fills and not np.any(self.const[v]) for v in present) and \
+                    np.size(np.add(*vals)) == max(np.size(v) for v in vals):
+                zero_fill = None    # (x + 0 and no broadcast: x, a weight's steps kept)
+            r = (np.zeros_like(np.matmul(*vals) if t == 'MatMul' else vals[0] * vals[1])
+                 if zero_fill else _fold(node, vals, a))
             if r is None:
                 self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}' if t in ADVICE
                          else 'cannot fold this op on constants')
+            if isinstance(r, tuple):    # (Split: a value an output)
+                fill = all(self._no_param(u) for u in present)
+                src, lo = ins[0], 0
+                whole = src in self.inits and all(
+                    d == 1 for d in np.shape(self.const[src])[:int(a.get('axis', 0)) %
+                                                              np.ndim(self.const[src])])
+                for o, part in zip(node.output, r):
+                    self.const[o] = np.asarray(part)
+                    if fill:
+                        self.fills.add(o)
+                    elif whole:         # a run of the initializer's elements (export: back)
+                        self.reshaped[o] = (src, [('part', lo, lo + part.size),
+                                                  ('R', [part.size], list(part.shape))])
+                    lo += part.size
+                return
             self.const[node.output[0]] = np.asarray(r)
-            if t == 'ConstantOfShape' or all(
-                    v in self.fills or v not in self.inits and
-                    np.asarray(self.const[v]).dtype.kind in 'iub' for v in present):
+            if t == 'ConstantOfShape' or all(self._no_param(v) for v in present) or \
+                    zero_fill:
                 self.fills.add(node.output[0])     # (torch.ones_like(x): no parameter)
             src = ins[0] if ins else None
-            if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \
-                    (src in self.inits or src in self.reshaped):
+            if zero_fill is None:       # (x + 0, a zero state's: x as it is)
+                src = next((v for v in present if v not in self.fills), None)
+            if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
+                     'Add', 'Cast') and (src in self.inits or src in self.reshaped) and \
+                    src not in self.fills and (t != 'Add' or zero_fill is None) and \
+                    (t != 'Cast' or a.get('to') == 1):
+                # a weight reshaped, transposed or cast to float32 by nodes (a dynamo
+                # export's Transpose(weight) into a MatMul; a float16 weight's Cast): the
+                # steps export maps back by (it writes the initializer's own type)
                 init, pre = (src, []) if src in self.inits else self.reshaped[src]
-                self.reshaped[node.output[0]] = (init, pre + [
-                    ('R', list(np.shape(self.const[src])), list(np.shape(r)))])
+                self.reshaped[node.output[0]] = (init, pre + (
+                    [('T', list(a.get('perm', range(np.ndim(self.const[src]))[::-1])))]
+                    if t == 'Transpose' else
+                    [('R', list(np.shape(self.const[src])), list(np.shape(r)))]))
             return
         if ins and ins[0] in self.seq and ins[0] not in self.plain and self._seq_op(node, ins, a):
             return
@@ -1571,6 +1703,24 @@ class _Reader(RecurrentOps):
         self.emit('CONCATENATION', xs, [self.out(node.output[0], lay, oshape)], axis=axis,
                   fused_activation_function='NONE')
 
+    def op_Tile(self, node, ins, a, i):
+        """Tile of an activation by constant repeats (torch's x.repeat, a seq2seq decoder's
+        latent repeated a step each): a CONCATENATION of m copies along each axis it
+        repeats (their gradients sum into it)."""
+        v = ins[0]
+        s = list(self.oshape(v))
+        reps = [int(n) for n in np.asarray(self.cval(ins[1], 'the repeats')).reshape(-1)]
+        if len(reps) != len(s) or min(reps) < 1:
+            self.err(f'repeats {reps} for an input of shape {s}')
+        x = self.get(v, 'plain')
+        for d, m in enumerate(reps):
+            if m > 1:
+                s[d] *= m
+                y = self.tensor(node.output[0] + f'/tile{d}', s)
+                self.emit('CONCATENATION', [x] * m, [y], axis=d, fused_activation_function='NONE')
+                x = y
+        self.plain[node.output[0]], self.shape[node.output[0]] = x, s
+
     def op_Split(self, node, ins, a, i):
         v = ins[0]
         s = self.oshape(v)
@@ -1877,7 +2027,36 @@ def _open_shape(vi) -> str:
             'utrain trains a fixed input shape: export the model with it fixed (tf2onnx: '
             '--inputs NAME[1,F,...] or a Keras Input with every size given; torch.onnx.export: '
             'leave the axis out of dynamic_axes), or set it in the file with '
-            'onnx.tools.update_model_dims.update_inputs_outputs_dims')
+            'onnx.tools.update_model_dims.update_inputs_outputs_dims; prepare and evaluate '
+            'with data set it from the samples themselves (a model of one input: an .npz x '
+            'of its rank, or one open dimension)')
+
+
+def open_inputs(model) -> dict:
+    """{input name: its dimensions, None where one after the batch is known only at run
+    time} of ModelProto model's inputs that have such dimensions (torch.onnx.export's
+    dynamic_axes on a sequence's length)."""
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.tensor_type.HasField('shape'):
+            continue
+        dims = [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else None
+                for d in vi.type.tensor_type.shape.dim]
+        if any(d is None for d in dims[1:]):
+            out[vi.name] = dims
+    return out
+
+
+def with_dims(model, dims: dict):
+    """ModelProto model with its inputs' open dimensions set: dims {input name: shape}
+    (the batch 1 too); the copy prepare trains (prepare.json's "fixed_dims")."""
+    for vi in model.graph.input:
+        if vi.name in dims:
+            for d, n in zip(vi.type.tensor_type.shape.dim, dims[vi.name]):
+                d.Clear()
+                d.dim_value = int(n)
+    return model
 
 
 def _static_shape(vi, batch1=False):
@@ -1895,12 +2074,36 @@ def _static_shape(vi, batch1=False):
     return out
 
 
+def _external_data_beside(path):
+    """ModelError where the weights of .onnx file path are stored in a file of their own
+    (ONNX external data: torch.onnx.export's model.onnx.data beside model.onnx) that is
+    not beside it: which file, and what to do (onnx's own error said the tensor 'should
+    be stored in ... but it is not regular file')."""
+    onnx = _onnx()
+    try:
+        m = onnx.load(path, load_external_data=False)
+    except Exception:   # noqa: B902 - (load says what is wrong with the file)
+        return
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    folder = os.path.dirname(os.path.abspath(path))
+    locs = {ExternalDataInfo(t).location for t in m.graph.initializer if uses_external_data(t)}
+    missing = sorted(loc for loc in locs if not os.path.isfile(os.path.join(folder, loc)))
+    if missing:
+        raise ModelError(path, f'its weights are stored in a file of their own, '
+                         f'{" and ".join(map(repr, missing))} (ONNX external data, as '
+                         'torch.onnx.export writes them), which is not in '
+                         f'{folder}: put it beside the .onnx under that name (copy both '
+                         'files), or save the model as one file: onnx.save(onnx.load(SRC), '
+                         'DST, save_as_external_data=False) where both are')
+
+
 def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
     from .ir import check_path
     onnx = _onnx()
     path = check_path(path)
+    _external_data_beside(path)
     try:
         model = onnx.load(path)
     except Exception as e:

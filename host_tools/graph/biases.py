@@ -45,8 +45,10 @@ def fold_batchnorm(g: Graph, keep=()) -> int:
                     len(consumers(g, y)) != 1 or m.inputs.count(y) != 1 or \
                     layer.options.get('fused_activation_function', 'NONE') != 'NONE' or \
                     (m.name in ('SUB', 'DIV') and kpos != 1) or \
-                    not is_const(g, layer.inputs[1]):
-                continue
+                    not is_const(g, layer.inputs[1]) or any(
+                        len(consumers(g, c)) != 1 for c in layer.inputs[1:] if c >= 0):
+                continue        # (a weight other layers read too, an .onnx model's tied
+                #                 one: folding would scale theirs)
             oshape = g.tensors[m.outputs[0]].shape
             if oshape != g.tensors[y].shape:
                 continue

@@ -24,8 +24,14 @@ def unshare_constants(g: Graph) -> int:
     activation the others apply after adding the recurrent term): those keep sharing.  The first
     group keeps the tensor, each other group reads a copy (appended: the tensors before
     keep their indices), frozen ones too (export writes the copies as tensors of their
-    own).  Float and int8 graphs (an int8 copy keeps the scales).  Returns the copies made."""
+    own).  Float and int8 graphs (an int8 copy keeps the scales).  An .onnx model's keep
+    sharing: there an initializer several nodes read is one parameter of the model's maker
+    (tied weights; the ONNX reader reads it as one tensor) and export writes one tensor
+    back.  Returns the copies made."""
     from .optable import SPECS
+    g.unshared = []     # (each tensor copied and its copies: still_shared counts them)
+    if getattr(g, 'onnx_origin', None) is not None:
+        return 0
     readers = {}
     for op in g.ops:
         spec = SPECS.get(op.name)
@@ -36,7 +42,6 @@ def unshare_constants(g: Graph) -> int:
             if is_const(g, k):
                 readers.setdefault(k, []).append((op, pos))
     made = 0
-    g.unshared = []     # (each tensor copied and its copies: still_shared counts them)
     for k, rs in readers.items():
         layers = {}
         for op, pos in rs:

@@ -139,6 +139,13 @@ def unroll_loops(g: Graph, int8=False) -> int:
             o.inputs = [out.get(k, k) for k in o.inputs]
         g.outputs = [out.get(k, k) for k in g.outputs]
         _drop_dead(g, made, op.inputs)
+        # a loop value whose shape the file gave as one step's (Keras's LSTM with
+        # return_sequences: the TensorArray of every step, [1, 1, 32] in the file for
+        # [50, 1, 32]): the ops after it take their shapes from it again
+        grown = {k for w, k in out.items() if list(g.tensors[w].shape) != list(g.tensors[k].shape)}
+        if grown:
+            from .shapes import _propagate_shapes
+            _propagate_shapes(g, grown)
         done += 1
     if done:
         _in_order(g)

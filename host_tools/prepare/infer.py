@@ -519,6 +519,11 @@ def scores(out, y, metric=None):
             'loss': float(np.mean(d * d)), 'loss_name': 'mse'}
 
 
+_ORT_TYPES = {'tensor(float)': np.float32, 'tensor(double)': np.float64,
+              'tensor(int64)': np.int64, 'tensor(int32)': np.int32, 'tensor(bool)': np.bool_,
+              'tensor(float16)': np.float16}
+
+
 def several_predictor(path, g):
     """(run(feeds, i) -> output g.outputs[0] (choose_output's) of sample i, runtime name)
     for a model with several inputs or outputs: feeds {input tensor name: samples in its
@@ -530,8 +535,13 @@ def several_predictor(path, g):
         onnx_predictor(path)            # (ONNX Runtime installed and loads it)
         import onnxruntime as ort
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
-        return (lambda feeds, i: sess.run([k.name], {t.name: feeds[t.name][i:i + 1] for t in ins})[0],
-                'ONNX Runtime')
+        # (an input only outputs the reader left out read, a Godot RL policy's state_ins:
+        # zeros of its type, a sample's shape)
+        zeros = {x.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in x.shape],
+                                  _ORT_TYPES.get(x.type, np.float32))
+                 for x in sess.get_inputs() if x.name not in {t.name for t in ins}}
+        return (lambda feeds, i: sess.run([k.name], dict(
+            zeros, **{t.name: feeds[t.name][i:i + 1] for t in ins}))[0], 'ONNX Runtime')
     from .quant import float_ends       # (a full-int8 file with float ends: int8 inside)
     if any(t.dtype in ('int8', 'uint8') for t in ins + [k]) or float_ends(g):
         if g.identifier != b'TFL3':
@@ -546,6 +556,15 @@ def several_predictor(path, g):
             return _as_output(k, np.asarray(it.get_output(g.output_at), np.float64))
         return run, 'TFLite Micro'
     h, src, keep = _shapes_folded(g), path, None
+    if any(t.dtype == 'float16' for t in g.tensors):
+        # (a float16-quantized file: ONERT cannot load its DEQUANTIZEs of float16 weights;
+        # the weights as float32, as prepare reads them, the same values)
+        import copy
+        from ..graph.qparams import dequantize
+        from ..graph.inout import compact
+        h = copy.deepcopy(h if h is not None else g)
+        dequantize(h)
+        compact(h)
     if h is not None:
         import tempfile
         from ..graph.inout import save_graph
@@ -608,6 +627,42 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     return out, y, io_name(g, g.outputs[0]), runtime
 
 
+def _fixed_dims(model, data):
+    """A context giving the path of a copy of .onnx model with its input's dimensions
+    known only at run time set as data's samples have them (prepare's fixed_dims_copy),
+    or None where it has none, or they cannot be told."""
+    import contextlib
+    import shutil
+    import tempfile
+    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
+    from .pipeline import _sample_dims
+    if not is_onnx(model) or not os.path.isfile(os.fspath(model)):
+        return None
+    try:
+        m = _onnx().load(os.fspath(model))
+        opens = open_inputs(m)
+    except Exception:   # noqa: B902 - (evaluate's own read says what is wrong)
+        return None
+    if len(opens) != 1:
+        return None
+    (name, dims), = opens.items()
+    got = _sample_dims(data, dims)
+    if got is None:
+        return None
+
+    @contextlib.contextmanager
+    def copy():
+        d = tempfile.mkdtemp(prefix='utrain-dims-')
+        try:
+            path = os.path.join(d, os.path.basename(os.fspath(model)))
+            with open(path, 'wb') as f:
+                f.write(with_dims(m, {name: got}).SerializeToString())
+            yield path
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return copy()
+
+
 @light_gc()
 def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None,
              output=None):
@@ -618,9 +673,15 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     keep = None
     if os.path.exists(os.fspath(model)) and not os.fspath(model).lower().endswith('.onnx'):
         model, keep = unbatched(model)      # (a batch fixed in the file: run at batch 1)
+    fixed = _fixed_dims(model, data)
+    if fixed is not None:       # (an .onnx input open at run time: the data's size)
+        with fixed as path:
+            return evaluate(path, data, nchw, metric, label, size, limit, output)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
-        if len(h.inputs) > 1 or len(h.outputs) > 1:
+        # (an .onnx model's outputs the reader left out: ORT still makes them, the output
+        # scored is the one prepare trains)
+        if len(h.inputs) > 1 or len(h.outputs) > 1 or getattr(h, 'onnx_dropped', None):
             out, y, name, runtime = evaluate_several(model, data, output, label, size, limit)
             r = _scored(data, out, y, metric)
             r.update(runtime=runtime, transposed=False, output=name)

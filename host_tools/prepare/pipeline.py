@@ -422,6 +422,8 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
+    for line in dropped_outputs(model_path, g):
+        log(line)
     from ..files.dataset import targets_of
     y = targets_of(data) if data and output is None and len(g.outputs) > 1 else None
     try:
@@ -433,6 +435,18 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     s = resolve_settings(g, overrides)
     check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     return g, prof, s, s.pop('train')
+
+
+def dropped_outputs(model_path, g) -> list:
+    """Lines saying which outputs of an .onnx model the reader left out, each needing a
+    node utrain cannot read (onnx_io: a stochastic policy's sampled action beside its
+    value head), and that export keeps them."""
+    return [f'{model_path}: output {name!r} is left out (utrain trains the others; export '
+            f'writes the file with it, the trained weights in): {why}'
+            for name, why in getattr(g, 'onnx_dropped', ())] + [
+        f'{model_path}: input {name!r} is read only by outputs left out: the run takes no '
+        'samples of it (evaluate gives ONNX Runtime zeros for it)'
+        for name in getattr(g, 'onnx_unread', ())]
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
@@ -549,6 +563,65 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
 BATCH1 = 'batch1'       # the batch-1 copy of a model whose file fixes a batch (formats.batch)
 
 
+FIXED_DIMS = 'fixed_dims.onnx'     # an .onnx model's copy with its open dimensions set
+
+
+def _sample_dims(data, dims):
+    """dims (an input's shape, None where open) filled from data's samples: an .npz's x
+    of that rank, else one open dimension from the values a sample holds; None where
+    they do not tell."""
+    from ..files import dataset as ds
+    try:
+        x, _ = ds.load(data)
+    except Exception:   # noqa: B902 - (prepare's own read says what is wrong with it)
+        return None
+    x = np.asarray(x)
+    want = list(dims[1:])
+    if x.ndim - 1 == len(want) and all(w is None or w == n for w, n in zip(want, x.shape[1:])):
+        return [1] + [int(n) for n in x.shape[1:]]
+    known = int(np.prod([w for w in want if w is not None]))
+    per = int(np.prod(x.shape[1:]))
+    if want.count(None) == 1 and per % known == 0 and per // known > 0:
+        return [1] + [per // known if w is None else w for w in want]
+    return None
+
+
+def fixed_dims_copy(model_path, out_dir, data, log=print):
+    """(the model to prepare, {input: dims} or None): an .onnx model whose input has a
+    dimension known only at run time (a PyTorch sequence model exported with
+    dynamic_axes on its length) is copied into out_dir with the dimension the samples of
+    data have (utrain trains a fixed shape), and prepare says so; export writes the
+    trained weights into the file as it was, the dimension open."""
+    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
+    if not data or not is_onnx(model_path) or not os.path.isfile(model_path):
+        return model_path, None
+    try:
+        m = _onnx().load(model_path)
+        opens = open_inputs(m)
+    except Exception:   # noqa: B902 - (settle says what is wrong with the file)
+        return model_path, None
+    if len(opens) != 1:
+        return model_path, None     # (none, or several inputs: the reader says what to do)
+    (name, dims), = opens.items()
+    got = _sample_dims(data, dims)
+    if got is None:
+        return model_path, None     # (the reader's refusal says how to fix the shape)
+    os.makedirs(out_dir, exist_ok=True)
+    dst = os.path.join(out_dir, FIXED_DIMS)
+    if os.path.exists(dst) and os.path.samefile(dst, model_path):
+        raise PrepareError(f'{model_path}: prepare would overwrite it with its copy of fixed '
+                           'dimensions; prepare into another folder')
+    from ..formats.ir import atomic_write
+    atomic_write(dst, with_dims(m, {name: got}).SerializeToString())
+    open_ = [j for j, d in enumerate(dims) if j and d is None]
+    log(f'{model_path}: input {name!r} has dimension{"s" * (len(open_) > 1)} '
+        f'{", ".join(map(str, open_))} known only at run time; it trains at '
+        f'{", ".join(str(got[j]) for j in open_)}, as the samples of {data} have '
+        f'{"them" if len(open_) > 1 else "it"} ({got}: {FIXED_DIMS} in the run folder); '
+        'export writes the trained weights into the file as it is')
+    return dst, {'model': os.path.abspath(model_path), 'copy': FIXED_DIMS, 'dims': {name: got}}
+
+
 def unbatched(model_path, out_dir, log=print):
     """(the model to prepare, its file's batch): a .tflite / .circle whose file fixes a
     batch of N > 1 (Keras's Input(batch_size=N)) is copied into out_dir with batch 1
@@ -596,7 +669,17 @@ def _batch1_prepare(model_path, out_dir, data=None, log=print, **kw):
     (unbatched); prepare.json then names the file's batch ("fixed_batch": export writes
     it back)."""
     src, n = unbatched(model_path, out_dir, log)
+    src, fixed_dims = fixed_dims_copy(src, out_dir, data, log)
     r = _prepare(src, out_dir, data, log=log, **kw)
+    if fixed_dims and isinstance(r, dict):
+        r['fixed_dims'] = fixed_dims
+        sp = os.path.join(out_dir, 'prepare.json')
+        if os.path.exists(sp):
+            with open(sp) as f:
+                d = json.load(f)
+            d['fixed_dims'] = fixed_dims
+            d['model'] = r['model'] = os.path.abspath(model_path)   # (export's, as given)
+            atomic_write(sp, (json.dumps(d, indent=1) + '\n').encode())
     if n > 1 and isinstance(r, dict):
         r['fixed_batch'] = {'batch': n, 'model': os.path.abspath(model_path),
                             'copy': os.path.basename(src)}
@@ -1553,12 +1636,29 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     file's batch again (formats.batch.set_batch), or batch 1 where that cannot be (said in
     the notes)."""
     run_dir = os.path.dirname(os.path.abspath(wof_path))
-    fixed = None
+    fixed = dims = None
     try:
         with open(os.path.join(run_dir, 'prepare.json')) as f:
-            fixed = json.load(f).get('fixed_batch')
+            d = json.load(f)
+        fixed, dims = d.get('fixed_batch'), d.get('fixed_dims')
     except (OSError, ValueError, AttributeError):
         pass                        # (_export says what is wrong with it)
+    copy = os.path.join(run_dir, FIXED_DIMS)
+    if isinstance(dims, dict) and os.path.isfile(copy):
+        # (an .onnx model with open dimensions: prepared from its copy with them set;
+        # the exported file has the original's inputs, open as they were)
+        r = _export(copy, wof_path, out_path, quantized, data, given=model_path)
+        from ..formats.onnx_io import _onnx, is_onnx
+        if is_onnx(out_path) and is_onnx(model_path):
+            onnx = _onnx()
+            m, orig = onnx.load(out_path), onnx.load(model_path, load_external_data=False)
+            ins = {vi.name: vi for vi in orig.graph.input}
+            for vi in m.graph.input:
+                if vi.name in ins:
+                    vi.CopyFrom(ins[vi.name])
+            atomic_write(out_path, m.SerializeToString())
+        r['model'] = model_path
+        return r
     if not isinstance(fixed, dict) or not isinstance(fixed.get('batch'), int) or fixed['batch'] < 2:
         return _export(model_path, wof_path, out_path, quantized, data)
     from ..formats import batch as fb

@@ -1213,3 +1213,414 @@ def test_raw_pixel_input_trains_scaled_and_exports_folded(tmp_path):
     got, ref = utrain_run(d, x, 'trained.wof'), ort_run(out, x)
     assert np.abs(got - ref).max() < 1e-4 * max(1.0, np.abs(ref).max()), np.abs(got - ref).max()
     assert np.abs(ref - ort_run(path, x)).max() > 1e-2           # it trained
+
+
+def test_split_of_constants_folds_and_its_parts_train_back(tmp_path):
+    """A Split whose input is a constant (a real GitHub LSTM autoencoder, torch 2.9's
+    dynamo export: the initial states' zeros [2, 1, 64] split a layer each, opset 18's
+    num_outputs) was refused ('cannot fold this op on constants'): it folds, a value an
+    output; the parts of a weight split along its first axis train and export writes
+    them back into the whole initializer (ORT on the export = utrain's trained forward)."""
+    from onnx import TensorProto, helper
+    r = np.random.default_rng(0)
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 3])
+    w = r.standard_normal((2, 4, 3)).astype(np.float32)
+    inits = [helper.make_tensor('w', TensorProto.FLOAT, [2, 4, 3], w.ravel()),
+             helper.make_tensor('zeros', TensorProto.FLOAT, [2, 1, 3], np.zeros(6, np.float32)),
+             helper.make_tensor('ax0', TensorProto.INT64, [1], [0])]
+    nodes = [helper.make_node('Split', ['w'], ['w0', 'w1'], axis=0, num_outputs=2),
+             helper.make_node('Squeeze', ['w0', 'ax0'], ['v0']),
+             helper.make_node('Squeeze', ['w1', 'ax0'], ['v1']),
+             helper.make_node('Split', ['zeros'], ['z0', 'z1'], axis=0, num_outputs=2),
+             helper.make_node('Squeeze', ['z1', 'ax0'], ['h0']),
+             helper.make_node('MatMul', ['x', 'v0'], ['a']),
+             helper.make_node('Relu', ['x'], ['rx']),
+             helper.make_node('MatMul', ['rx', 'v1'], ['b']),
+             helper.make_node('Add', ['a', 'b'], ['s']),
+             helper.make_node('Add', ['s', 'h0'], ['y'])]
+    p = os.fspath(tmp_path / 'split.onnx')
+    onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [x], [y], inits),
+                                opset_imports=[helper.make_opsetid('', 18)]), p)
+    xs = r.standard_normal((12, 4)).astype(np.float32)
+    ref = xs @ w[0] + np.maximum(xs, 0) @ w[1]
+    np.savez(tmp_path / 'd.npz', x=xs, y=(ref + 0.5).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.01,
+            epochs=2, log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, xs), ref, rtol=1e-5, atol=1e-5)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    from onnx import numpy_helper
+    ib = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert not np.array_equal(ib['w'], w)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+
+
+def _unrolled_rnn(path, T=3, F=2, H=4, seed=0):
+    """An RNN unrolled in ops, as torch 2.9's dynamo exporter wrote a GitHub LSTM
+    autoencoder: the initial state a zero initializer (torch.zeros in forward) split and
+    squeezed, h = tanh(x_t Wx + (h Wh + b)) a step with Wh a Transpose node of the
+    initializer (the first step's h0 Wh: a product of two constants, + b: b), the last h
+    repeated a step each by Tile (x.repeat) into a Linear.  Returns (path, numpy
+    forward)."""
+    from onnx import TensorProto, helper
+    r = np.random.default_rng(seed)
+    wx, wh = (0.5 * r.standard_normal((F, H))).astype(np.float32), \
+        (0.5 * r.standard_normal((H, H))).astype(np.float32)
+    b, wo = (0.1 * r.standard_normal(H)).astype(np.float32), r.standard_normal((H, 1)).astype(np.float32)
+    T_ = TensorProto
+    inits = [helper.make_tensor('wx', T_.FLOAT, wx.shape, wx.ravel()),
+             helper.make_tensor('whT', T_.FLOAT, wh.shape, wh.T.ravel()),
+             helper.make_tensor('b', T_.FLOAT, b.shape, b.ravel()),
+             helper.make_tensor('wo', T_.FLOAT, wo.shape, wo.ravel()),
+             helper.make_tensor('zeros', T_.FLOAT, [2, 1, H], np.zeros(2 * H, np.float32)),
+             helper.make_tensor('ax0', T_.INT64, [1], [0]),
+             helper.make_tensor('ax1', T_.INT64, [1], [1]),
+             helper.make_tensor('reps', T_.INT64, [3], [1, T, 1])]
+    nodes = [helper.make_node('Split', ['zeros'], ['z0', 'z1'], axis=0, num_outputs=2),
+             helper.make_node('Squeeze', ['z0', 'ax0'], ['h_0']),
+             helper.make_node('Transpose', ['whT'], ['wh'], perm=[1, 0])]
+    for t in range(T):
+        inits.append(helper.make_tensor(f'i{t}', T_.INT64, [], [t]))
+        nodes += [helper.make_node('Gather', ['x', f'i{t}'], [f'x{t}'], axis=1),
+                  helper.make_node('MatMul', [f'x{t}', 'wx'], [f'a{t}']),
+                  helper.make_node('MatMul', [f'h_{t}', 'wh'], [f'm{t}']),
+                  helper.make_node('Add', [f'm{t}', 'b'], [f'r{t}']),
+                  helper.make_node('Add', [f'a{t}', f'r{t}'], [f'p{t}']),
+                  helper.make_node('Tanh', [f'p{t}'], [f'h_{t + 1}'])]
+    nodes += [helper.make_node('Unsqueeze', [f'h_{T}', 'ax1'], ['u']),
+              helper.make_node('Tile', ['u', 'reps'], ['rep']),
+              helper.make_node('MatMul', ['rep', 'wo'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T_.FLOAT, [1, T, F])],
+                          [helper.make_tensor_value_info('y', T_.FLOAT, [1, T, 1])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), path)
+
+    def forward(x):
+        h = np.zeros((len(x), H))
+        for t in range(T):
+            h = np.tanh(x[:, t] @ wx + h @ wh + b)
+        return np.repeat((h @ wo)[:, None], T, 1)
+    return path, forward
+
+
+def test_unrolled_rnn_with_a_zero_state_initializer_and_tile_trains(tmp_path):
+    """The unrolled RNN above was refused twice over: its first step's h0 Wh ('cannot fold
+    this op on constants': a zero state times a weight) and Tile (no reader); then Wh, a
+    Transpose node's, was a computed tensor each step (trained apart, export refused) and
+    step 0's 0 + b another.  The zero
+    initializer read only to be split is a state, no parameter: a product with it folds
+    to zeros (Wh's gradient through it is 0 as well), it never trains, and export leaves
+    it zeros; Tile is m copies concatenated.  utrain's forward = numpy's; after training,
+    ORT on the export = utrain's trained forward."""
+    p, fwd = _unrolled_rnn(os.fspath(tmp_path / 'rnn.onnx'))
+    r = np.random.default_rng(1)
+    xs = r.standard_normal((12, 3, 2)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(0.5 * fwd(xs) + 0.2).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.01,
+                epochs=2, log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, xs).reshape(12, -1), fwd(xs).reshape(12, -1),
+                               rtol=1e-5, atol=1e-5)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    from onnx import numpy_helper
+    ib = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert not np.any(ib['zeros']) and not np.allclose(ib['whT'], numpy_helper.to_array(
+        [t for t in onnx.load(p).graph.initializer if t.name == 'whT'][0]))
+    assert sorted(s['trainable']) == ['b', 'wh', 'wo', 'wx'], s['trainable']   # (one each)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+
+
+@pytest.mark.parametrize('own_bias', [False, True])
+def test_tied_weight_trains_as_one_and_exports_as_trained(tmp_path, own_bias):
+    """One initializer two Gemm nodes read (a Linear applied twice, tied weights: what an
+    unrolled RNN's steps are too) was read as a tensor each; they trained apart and export
+    wrote one of them back: ORT on the export was 1.9 off utrain's trained forward (with
+    a bias each, prepare's copy per layer, and export refused it: 'comes from no
+    initializer').  It is one tensor, trained by both reads, written back as trained."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((4, 4))).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [4, 4], w.ravel()),
+             helper.make_tensor('b', T.FLOAT, [4], np.full(4, 0.1, np.float32)),
+             helper.make_tensor('b2', T.FLOAT, [4], np.full(4, -0.2, np.float32))]
+    nodes = [helper.make_node('Gemm', ['x', 'w', 'b'], ['a'], transB=1),
+             helper.make_node('Tanh', ['a'], ['h']),
+             helper.make_node('Gemm', ['h', 'w', 'b2' if own_bias else 'b'], ['y'], transB=1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 4])], inits)
+    p = os.fspath(tmp_path / 'tied.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.roll(xs, 1, 1))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
+                lr=0.05, epochs=2, log=lambda *a: None)
+    assert sorted(s['trainable']) == ['b'] + ['b2'] * own_bias + ['w'], s['trainable']
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+
+
+@pytest.mark.parametrize('how', ['transpose', 'float16'])
+def test_weight_transposed_by_a_node_exports(tmp_path, how):
+    """A weight a Transpose node turns for a MatMul (torch's dynamo export keeps
+    Transpose(weight) nodes), or a float16 initializer a Cast makes float32, was a tensor
+    'computed from initializers': it trained, and export refused it, advising an export
+    with constant folding.  The transpose or cast is a step export maps back (a float16
+    initializer written back as float16): ORT on the export = utrain's trained forward."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((3, 4))).astype(np.float32)
+    if how == 'transpose':
+        init = numpy_helper.from_array(w, 'w')
+        nodes = [helper.make_node('Transpose', ['w'], ['wt'], perm=[1, 0])]
+    else:
+        init = numpy_helper.from_array(w.T.astype(np.float16), 'w')
+        nodes = [helper.make_node('Cast', ['w'], ['wt'], to=T.FLOAT)]
+    nodes.append(helper.make_node('MatMul', ['x', 'wt'], ['y']))
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], [init])
+    p = os.fspath(tmp_path / 'tw.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
+            epochs=2, log=lambda *a: None)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    tol = 1e-5 if how == 'transpose' else 2e-3      # (written back as float16)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < tol
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-2       # (it trained)
+    assert onnx.load(out).graph.initializer[0].data_type == init.data_type
+
+
+def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
+    """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
+    RandomNormalLike, the log-probability of it, beside the value head) was refused at
+    the random draw ('cannot fold this op on constants').  Outputs that need a node utrain
+    cannot read (a random draw, a label's ArgMax) are left out, saying which and why, the
+    nodes only they need too; the others train, export writes the whole file with the
+    trained weights, and evaluate scores the output prepare trained (ORT makes them all).
+    A model with no other output is refused with what to do."""
+    from onnx import TensorProto as T, helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(0)
+    w, w2 = r.standard_normal((3, 4)).astype(np.float32), r.standard_normal((2, 4)).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [3, 4], w.ravel()),
+             helper.make_tensor('w2', T.FLOAT, [2, 4], w2.ravel())]
+    nodes = [helper.make_node('Gemm', ['x', 'w'], ['z'], transB=1),
+             helper.make_node('Softmax', ['z'], ['probs'], axis=1),
+             helper.make_node('ArgMax', ['probs'], ['label'], axis=1, keepdims=0),
+             helper.make_node('Gemm', ['x', 'w2'], ['m'], transB=1),     # (only 'noisy' reads)
+             helper.make_node('RandomNormalLike', ['m'], ['eps'], name='draw'),
+             helper.make_node('Add', ['m', 'eps'], ['noisy'])]
+    vi = helper.make_tensor_value_info
+    outs = [vi('label', T.INT64, [1]), vi('noisy', T.FLOAT, [1, 2]), vi('probs', T.FLOAT, [1, 3])]
+    p = os.fspath(tmp_path / 'pol.onnx')
+    onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [vi('x', T.FLOAT, [1, 4])], outs, inits),
+                                opset_imports=[helper.make_opsetid('', 17)]), p)
+    g = read_model(p)
+    assert [g.tensors[k].name for k in g.outputs] == ['probs'] and len(g.ops) == 2
+    xs = r.standard_normal((24, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.argmax(xs[:, :3], 1))
+    d, said = os.fspath(tmp_path / 'run'), []
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.05, epochs=2,
+                log=said.append)
+    text = '\n'.join(said)
+    assert "output 'label' is left out" in text and 'ArgMax' in text, text
+    assert "output 'noisy' is left out" in text and 'a random draw' in text, text
+    assert sorted(s['trainable']) == ['w'], s['trainable']
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    assert [o.name for o in sess.get_outputs()] == ['label', 'noisy', 'probs']
+    probs = np.concatenate([sess.run(['probs'], {'x': xs[i:i + 1]})[0] for i in range(24)])
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - probs).max() < 1e-5
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert e['output'] == 'probs' and e['accuracy'] == np.mean(np.argmax(probs, 1) == np.argmax(xs[:, :3], 1))
+    # (nothing else to train: refused, saying what to do)
+    only = helper.make_graph(nodes[3:], 'g', [vi('x', T.FLOAT, [1, 4])], [outs[1]], inits[1:])
+    onnx.save(helper.make_model(only, opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'draw \(RandomNormalLike\).*a random draw.*'
+                       r'deterministic action'):
+        read_model(p)
+    only = helper.make_graph(nodes[:3], 'g', [vi('x', T.FLOAT, [1, 4])], [outs[0]], inits[:1])
+    onnx.save(helper.make_model(only, opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'ArgMax.*picks a class number.*scores or probabilities'):
+        read_model(p)
+
+
+def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
+    """A GitHub model.onnx whose weights torch.onnx.export wrote to model.onnx.data (ONNX
+    external data), copied without that file: refused as 'not a valid ONNX model
+    (ValidationError: Data of TensorProto ... should be stored in ..., but it is not
+    regular file)'; now it names the file and what to do (with the file beside it, it
+    reads).  A scikit-learn model ('operator domain ai.onnx.ml is not supported'): that it
+    is no neural network, and what to give utrain."""
+    p = _tiny(os.fspath(tmp_path / 'tiny.onnx'), 'Relu')
+    from onnx import numpy_helper
+    m = onnx.load(p)
+    for t in m.graph.initializer:       # (raw bytes: what goes to external data)
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
+    d = tmp_path / 'sub'
+    d.mkdir()
+    onnx.save_model(m, os.fspath(d / 'm.onnx'), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location='m.onnx.data', size_threshold=0)
+    assert read_model(os.fspath(d / 'm.onnx')).ops
+    os.rename(d / 'm.onnx.data', tmp_path / 'elsewhere.data')
+    with pytest.raises(ModelError, match=r"m.onnx: its weights are stored in a file of their "
+                       r"own, 'm.onnx.data'.*put it beside the .onnx"):
+        read_model(os.fspath(d / 'm.onnx'))
+    # (a scikit-learn model through skl2onnx, two real GitHub ones: no neural network)
+    from onnx import TensorProto as T, helper
+    vi = helper.make_tensor_value_info
+    node = helper.make_node('TreeEnsembleRegressor', ['x'], ['y'], domain='ai.onnx.ml',
+                            n_targets=1, nodes_treeids=[0], nodes_nodeids=[0],
+                            nodes_featureids=[0], nodes_values=[0.0], nodes_modes=['LEAF'],
+                            nodes_truenodeids=[0], nodes_falsenodeids=[0],
+                            target_treeids=[0], target_nodeids=[0], target_ids=[0],
+                            target_weights=[1.0])
+    p = os.fspath(tmp_path / 'trees.onnx')
+    onnx.save(helper.make_model(helper.make_graph([node], 'g', [vi('x', T.FLOAT, [1, 4])],
+                                                  [vi('y', T.FLOAT, [1, 1])]),
+                                opset_imports=[helper.make_opsetid('', 17),
+                                               helper.make_opsetid('ai.onnx.ml', 3)]), p)
+    with pytest.raises(ModelError, match=r"TreeEnsembleRegressor is a classical machine-learning "
+                       r"model's.*train one on the same features"):
+        read_model(p)
+
+
+def test_open_length_is_set_from_the_samples(tmp_path):
+    """A GitHub PyTorch Conv1d seq2point model exported with dynamic_axes on its length
+    (input [batch, 1, 'time']) was refused: utrain trains a fixed shape.  With --data,
+    prepare trains a copy with the samples' length (and says so), export writes the
+    trained weights into the file as it was (the length open: ORT runs it at another),
+    and evaluate scores the original on the data; ORT on the export = utrain's trained
+    forward.  Without data (inspect), the refusal says data would set it."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(0)
+    w1 = (0.4 * r.standard_normal((4, 2, 3))).astype(np.float32)
+    w2 = (0.4 * r.standard_normal((1, 4, 3))).astype(np.float32)
+    nodes = [helper.make_node('Conv', ['x', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
+             helper.make_node('Relu', ['h'], ['a']),
+             helper.make_node('Conv', ['a', 'w2'], ['y'], pads=[1, 1], kernel_shape=[3])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, ['n', 2, 'time'])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, ['n', 1, 'time'])],
+                          [numpy_helper.from_array(w1, 'w1'), numpy_helper.from_array(w2, 'w2')])
+    p = os.fspath(tmp_path / 'seq.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'dimension 2 known only at run time.*prepare and '
+                       r'evaluate with data set it'):
+        read_model(p)
+    xs = r.standard_normal((16, 2, 12)).astype(np.float32)
+    ys = (0.5 * (xs[:, :1] + np.roll(xs[:, 1:], 1, 2))).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=ys)
+    d, said = os.fspath(tmp_path / 'run'), []
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.02,
+            epochs=2, log=said.append)
+    assert any("input 'x' has dimension 2 known only at run time; it trains at 12" in m
+               for m in said), said
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    dims = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
+    assert dims[2].dim_param == 'time'
+    got = ort.InferenceSession(out, providers=['CPUExecutionProvider']).run(
+        None, {'x': xs})[0].reshape(16, -1)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - got).max() < 1e-5
+    before = evaluate(p, os.fspath(tmp_path / 'd.npz'))
+    after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert after['mae'] < before['mae']
+
+
+def test_tied_conv_weight_keeps_its_batchnorms_apart(tmp_path):
+    """One conv initializer two Conv nodes read (the same layer applied twice), each
+    followed by a BatchNormalization of its own, frozen (--train last:1): a tied weight is
+    one tensor (an ONNX initializer is one parameter), and folding each BatchNorm into it
+    would scale it for the other conv too; they stay separate ops.  utrain's forward =
+    ONNX Runtime's."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    C = 3
+    w = (0.5 * r.standard_normal((C, C, 3, 3))).astype(np.float32)
+    inits = [numpy_helper.from_array(w, 'w'),
+             numpy_helper.from_array((0.1 * r.standard_normal(C)).astype(np.float32), 'b'),
+             numpy_helper.from_array((0.3 * r.standard_normal((2, C))).astype(np.float32), 'fc')]
+    for j in (1, 2):
+        for n, v in (('s', 1 + 0.3 * r.standard_normal(C)), ('o', 0.2 * r.standard_normal(C)),
+                     ('m', 0.1 * r.standard_normal(C)), ('v', 1 + 0.2 * r.random(C))):
+            inits.append(numpy_helper.from_array(np.asarray(v, np.float32), f'{n}{j}'))
+    nodes = [helper.make_node('Conv', ['x', 'w', 'b'], ['c1'], pads=[1, 1, 1, 1]),
+             helper.make_node('BatchNormalization', ['c1', 's1', 'o1', 'm1', 'v1'], ['n1']),
+             helper.make_node('Relu', ['n1'], ['a1']),
+             helper.make_node('Conv', ['a1', 'w', 'b'], ['c2'], pads=[1, 1, 1, 1]),
+             helper.make_node('BatchNormalization', ['c2', 's2', 'o2', 'm2', 'v2'], ['n2']),
+             helper.make_node('GlobalAveragePool', ['n2'], ['g']),
+             helper.make_node('Flatten', ['g'], ['f']),
+             helper.make_node('Gemm', ['f', 'fc'], ['y'], transB=1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, C, 5, 5])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
+    p = os.fspath(tmp_path / 'tiedbn.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((6, C, 5, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((6, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', train='last:1', lr=0.01,
+            epochs=1, log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-4, atol=1e-5)
+
+
+def test_output_passing_an_input_through_is_left_out(tmp_path):
+    """A Godot RL Agents policy as its exporter writes every one (a GitHub agent):
+    inputs obs and state_ins, outputs output and state_outs = Identity(state_ins), a
+    recurrent state's placeholder.  It was refused ("output 'state_outs' is the input");
+    that output is left out and the input only it reads with it (said), the policy trains
+    on samples of obs alone, export writes the whole file and evaluate feeds ONNX Runtime
+    zeros for state_ins."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(0)
+    w = (0.5 * r.standard_normal((3, 6))).astype(np.float32)
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node('Gemm', ['obs', 'w'], ['output'], transB=1),
+             helper.make_node('Identity', ['state_ins'], ['state_outs'])]
+    g = helper.make_graph(nodes, 'g', [vi('obs', T.FLOAT, ['batch_size', 6]),
+                                       vi('state_ins', T.FLOAT, ['batch_size'])],
+                          [vi('output', T.FLOAT, ['batch_size', 3]),
+                           vi('state_outs', T.FLOAT, ['batch_size'])],
+                          [numpy_helper.from_array(w, 'w')])
+    p = os.fspath(tmp_path / 'godot.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((20, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.tanh(xs[:, :3]).astype(np.float32))
+    d, said = os.fspath(tmp_path / 'run'), []
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
+            epochs=2, log=said.append)
+    text = '\n'.join(said)
+    assert "output 'state_outs' is left out" in text and "input 'state_ins' passed" in text, text
+    assert "input 'state_ins' is read only by outputs left out" in text, text
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    got = np.concatenate([sess.run(['output'], {'obs': xs[i:i + 1], 'state_ins': np.zeros(1, np.float32)})[0]
+                          for i in range(20)])
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - got).max() < 1e-5
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert e['output'] == 'output' and abs(e['mae'] - np.abs(got - np.tanh(xs[:, :3])).mean()) < 1e-5

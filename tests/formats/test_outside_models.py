@@ -511,3 +511,81 @@ def test_from_logits_on_a_model_ending_in_probabilities_trains_them_as_such(tmp_
     acc = [float(v) for v in re.findall(r'test_accuracy ([0-9.]+)', text)]
     share = float(np.mean(y[150:] == 1))        # (the held-out share of 1s)
     assert acc[-1] >= 0.9 and acc[-1] > share + 0.2, (acc, share, text)
+
+
+def test_fake_quant_weight_of_no_shape_in_the_file_reads(tmp_path):
+    """A quantization-aware-trained Keras model converted without quantizing (a GitHub
+    gearbox-fault DNN): each weight and activation a uint8 QUANTIZE -> DEQUANTIZE pair, and
+    the last Dense's weight pair given no shape in the file (QUANTIZE of the constant
+    [O, H] -> [] -> DEQUANTIZE -> []).  prepare refused it ('weight ... of shape [] does not
+    fit input'); the pair's outputs have its input's shape, as the runtime gives them, and
+    it trains: evaluate of the export = the run's last test loss."""
+    import csv
+    from host_tools.prepare.infer import evaluate
+    from host_tools.prepare.pipeline import export
+    rng = np.random.default_rng(0)
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    I, H, O = 6, 8, 3
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, I])
+
+    def fake(k, shape, name, s=0.05):       # (shape: as the file gives the pair's outputs)
+        u = b.tensor(name + '/q', shape, dtype='uint8', quant=q(s, 128))
+        b.op('QUANTIZE', [k], [u])
+        f = b.tensor(name + '/dq', shape)
+        b.op('DEQUANTIZE', [u], [f])
+        return f
+    w1 = b.tensor('w1', [H, I], data=(0.5 * rng.standard_normal((H, I))).astype(np.float32))
+    w2 = b.tensor('w2', [O, H], data=(0.5 * rng.standard_normal((O, H))).astype(np.float32))
+    h = b.tensor('h', [1, H])
+    b.op('FULLY_CONNECTED', [fake(x, [1, I], 'x'), fake(w1, [H, I], 'w1', 0.01),
+                             b.tensor('b1', [H], data=np.zeros(H, np.float32))], [h],
+         fused_activation_function='RELU')
+    z = b.tensor('z', [1, O])
+    b.op('FULLY_CONNECTED', [fake(h, [1, H], 'h'), fake(w2, [], 'w2', 0.01),
+                             b.tensor('b2', [O], data=np.zeros(O, np.float32))], [z])
+    y = b.tensor('y', [1, O])
+    b.op('SOFTMAX', [fake(z, [1, O], 'z')], [y], beta=1.0)
+    b.inputs(x)
+    b.outputs(y)
+    src = tmp_path / 'qat.tflite'
+    b.save(src)
+    xs = rng.standard_normal((40, I)).astype(np.float32)
+    s, out = _prepare_run(src, tmp_path, xs, np.argmax(xs[:, :O], 1), loss='scce',
+                          test_split=0.25, epochs=2)
+    assert sorted(s['trainable']) == ['b1', 'b2', 'w1', 'w2'], s['trainable']
+    export(os.fspath(src), os.fspath(out / 'trained.wof'), os.fspath(tmp_path / 'out.tflite'))
+    r = evaluate(os.fspath(tmp_path / 'out.tflite'), os.fspath(out / 'test.ds'))
+    rows = list(csv.DictReader(open(out / 'train.log')))
+    assert min(abs(r['loss'] - float(t['test_loss'])) for t in rows[1:]) < 1e-4, (r, rows)
+
+
+def test_float16_file_of_two_inputs_is_scored(tmp_path):
+    """A float16-quantized .tflite of two inputs (a GitHub microplastic detector: a
+    200-step spectrum and 7 features): evaluate stopped ('ONERT cannot load it'), where a
+    one-input file is scored; the weights are read as float32 (prepare reads them so) and
+    the score is the model's."""
+    from host_tools.prepare.infer import evaluate
+    rng = np.random.default_rng(0)
+    w0, w1 = (rng.standard_normal((2, n)).astype(np.float16) for n in (4, 3))
+    b = CircleBuilder(identifier=b'TFL3')
+    x0, x1 = b.tensor('a', [1, 4]), b.tensor('b', [1, 3])
+    parts = []
+    for n, x, w in (('w0', x0, w0), ('w1', x1, w1)):
+        d = b.tensor(n, [2, w.shape[1]])
+        b.op('DEQUANTIZE', [b.tensor(n + '16', list(w.shape), data=w, dtype='float16')], [d])
+        z = b.tensor(n + '_out', [1, 2])
+        b.op('FULLY_CONNECTED', [x, d, -1], [z])
+        parts.append(z)
+    y = b.tensor('y', [1, 2])
+    b.op('ADD', parts, [y], fused_activation_function='NONE')
+    b.inputs(x0, x1)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'f16.tflite')
+    b.save(src)
+    a, c = rng.standard_normal((10, 4)).astype(np.float32), rng.standard_normal((10, 3)).astype(np.float32)
+    ref = a @ w0.astype(np.float64).T + c @ w1.astype(np.float64).T
+    t = (ref + 0.5).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', a=a, b=c, y=t)
+    r = evaluate(src, os.fspath(tmp_path / 'd.npz'))
+    assert abs(r['mae'] - 0.5) < 1e-4, r

@@ -197,3 +197,27 @@ def test_bidirectional_with_its_forward_loop_first_trains(tmp_path):
     assert all(made.get(k, -1) < i for i, op in enumerate(r.ops) for k in op.inputs)
     code, out = runner.run(d, python=True)
     assert code == 0 and 'end: ok' in out, out
+
+
+def test_loop_output_given_one_steps_shape_takes_every_steps(tmp_path):
+    """A GitHub Keras LSTM(50, return_sequences) -> Flatten -> Dense file: TensorFlow gave
+    the loop's output buffer (every step's h) one step's shape [1, 1, 32], and the
+    TRANSPOSE after it too; unrolled, the buffer is [T, 1, H], and the RESHAPE after the
+    transpose failed in training ('cannot reshape array of size 1600 into shape (1,32)',
+    prepare's lr probe and the run).  The ops after the loop take their shapes from it:
+    utrain's forward = the model's definition, and it trains."""
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', seq=True, step_shape=True)
+    r = np.random.default_rng(1)
+    x = r.standard_normal((12, T, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=r.integers(0, O, 12))
+    d = os.fspath(tmp_path / 'run')
+    prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            lr=0.01, epochs=1, log=lambda *a: None)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    got = np.stack([np.array(tr.predict(np.ascontiguousarray(x[i].reshape(T, F))), np.float64)
+                    .ravel() for i in range(len(x))])
+    np.testing.assert_allclose(got, forward(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text

@@ -2101,7 +2101,8 @@ def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
 
 
 def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='static',
-                           body_op=None, bi=False, f16=False, fc_bias=False, cell='lstm'):
+                           body_op=None, bi=False, f16=False, fc_bias=False, cell='lstm',
+                           step_shape=False):
     """What TFLiteConverter.from_keras_model writes for a Keras LSTM that is not
     unroll=True (TensorFlow 2.21), built here: a WHILE over the loop values (counter,
     step, output buffer, h, c, the time-major sequence [T, 1, F]); its cond subgraph
@@ -2118,7 +2119,11 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
     (the input's the cell's bias, the recurrent one a b_hh of its own, as Keras's GRU with
     reset_after writes its cell: the first step's recurrent FC then reads the zero state
     and b_hh); cell 'rnn': a SimpleRNN's instead (h = tanh(x Wx + h Wh + b), no c among
-    the loop values).  Returns (path, numpy forward)."""
+    the loop values); step_shape (with seq): the loop's output buffer given one step's
+    shape [1, 1, H] (signature [-1, -1, H]), and so the batch-major TRANSPOSE and the
+    BatchNormalization (MUL, ADD) after it, as TensorFlow 2.x wrote a GitHub Keras
+    LSTM(return_sequences) -> BatchNormalization -> Flatten model.  Returns
+    (path, numpy forward)."""
     lstm = cell == 'lstm'
     G = 4 if lstm else 1                # (gates)
     rng = np.random.default_rng(seed)
@@ -2127,6 +2132,8 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         nets.append(tuple(w.astype(np.float16).astype(np.float32) if f16 else w for w in (
             _rand(rng, G * H, F) * 0.5, _rand(rng, G * H, H) * 0.5, _rand(rng, G * H) * 0.3)))
     bhh = [_rand(rng, G * H) * 0.3 if fc_bias else np.zeros(G * H, np.float32) for _ in nets]
+    bn = (1 + 0.2 * _rand(rng, H), 0.1 * _rand(rng, H)) if step_shape else \
+        (np.ones(H, np.float32), np.zeros(H, np.float32))
     wo = _rand(rng, O, (T * H if seq else H) * len(nets))
     bo = _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
@@ -2238,11 +2245,22 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
             if not t.name.startswith('lstm'):                  # TensorFlow's backward layer)
                 t.name = 'backward/' + t.name
         ci, bi_ = b.subgraph(c, f'while_cond{j}'), b.subgraph(d, f'while_body{j}')
-        outs = [b.tensor(f'w{j}_{k}', s, dtype=dt) for k, (s, dt) in enumerate(specs)]
+        outs = [b.tensor(f'w{j}_{k}', [1, 1, H], signature=[-1, -1, H])
+                if step_shape and k == 2 else b.tensor(f'w{j}_{k}', s, dtype=dt)
+                for k, (s, dt) in enumerate(specs)]
         b.op('WHILE', [zero, zero, buf0, zs] + [zs] * lstm + [src] + ([lim] if lim is not None
                                                                        else []), outs,
              cond_subgraph_index=ci, body_subgraph_index=bi_)
-        if seq:
+        if seq and step_shape:          # (-> BatchNormalization: MUL, ADD by constants)
+            bm, sc, sh = (b.tensor(f'{n}{j}', [1, 1, H], signature=[-1, -1, H])
+                          for n in ('batch_major', 'bn_mul', 'bn_add'))
+            b.op('TRANSPOSE', [outs[2], i32(f'perm{j}', [1, 0, 2])], [bm])
+            b.op('MUL', [bm, b.tensor(f'bn_scale{j}', [H], data=bn[0])], [sc])
+            b.op('ADD', [sc, b.tensor(f'bn_shift{j}', [H], data=bn[1])], [sh])
+            f = b.tensor(f'flat{j}', [1, T * H], signature=[-1, T * H])
+            b.op('RESHAPE', [sh, i32(f'fshape{j}', [-1, T * H])], [f])
+            hs.append(f)
+        elif seq:
             f = b.tensor(f'flat{j}', [1, T * H])
             b.op('RESHAPE', [outs[2], i32(f'fshape{j}', [1, T * H])], [f])
             hs.append(f)
@@ -2279,7 +2297,7 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
                 c = sig(f_) * c + sig(i_) * np.tanh(g_)
                 h = sig(o_) * np.tanh(c)
                 outs.append(h)
-            feats.append(np.concatenate(outs, 1) if seq else h)
+            feats.append(np.concatenate([o * bn[0] + bn[1] for o in outs], 1) if seq else h)
         return np.concatenate(feats, 1) @ p.get('wo', wo).T + p.get('bo', bo)
     return os.fspath(path), forward
 
