@@ -22,26 +22,10 @@ from repo import ROOT  # noqa: E402
 from host_tools.cli import main as cli  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
 from host_tools.target import runner  # noqa: E402
-from test_pipeline import small_mlp, blobs  # noqa: E402
+from test_pipeline import small_mlp  # noqa: E402
+from test_refusals import says, files  # noqa: E402,F401  (the CLI's words; a model, samples)
 
 MP = runner.find_micropython()
-
-
-def says(argv):
-    """(exit code, stderr) of the CLI in this process; an exception escapes (a traceback)."""
-    err = io.StringIO()
-    with redirect_stderr(err), redirect_stdout(io.StringIO()):
-        try:
-            code = cli([str(a) for a in argv])
-        except SystemExit as e:
-            code = e.code
-    return code, err.getvalue()
-
-
-@pytest.fixture(scope='module')
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp('h62')
-    return d, small_mlp(str(d / 'm.circle')), blobs(d, n=24)
 
 
 @pytest.fixture(scope='module')
