@@ -24,3 +24,15 @@ def pytest_sessionstart(session):
     # In CI the MicroPython half of the suite must run, not quietly skip.
     if os.environ.get('CI') and not find_micropython():
         raise SystemExit('CI: no MicroPython binary ($MICROPYTHON, PATH, or beside python)')
+    # The device code's gc.collect() as host_tools runs it (host_tools.target.device.
+    # light_gc) in the tests that build device objects themselves (Q8Net, Trainer): a full
+    # collection of a pytest worker holding torch takes 0.25 s, most of such a test's time
+    from host_tools.target.device import light_gc
+    session.config._light_gc = light_gc()
+    session.config._light_gc.__enter__()
+
+
+def pytest_sessionfinish(session):
+    held = getattr(session.config, '_light_gc', None)
+    if held is not None:
+        held.__exit__(None, None, None)
