@@ -606,7 +606,8 @@ def sedw_circle():
             return x + self.body(x)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    m = nn.Sequential(*cbh(1, 16, 3), *cbh(16, 16, 3, 2, 16), SE(16, 8), *cbh(16, 24, 1, act=False),
+    m = nn.Sequential(*cbh(1, 16, 3), *cbh(16, 16, 3, 2, 16), SE(16, 8),
+                      *cbh(16, 24, 1, act=False),
                       Res(cbh(24, 48, 1) + cbh(48, 48, 3, 1, 48) + [SE(48, 12)]
                           + cbh(48, 24, 1, act=False)),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 10))
