@@ -59,9 +59,11 @@ FULL_VERIFY = True      # the deepest last-k trial that fits, verified always (_
 # basic-motions b1, dw1d GunPoint b4 and st1d drift b4 keep their choice, as do the other
 # held-out cells and the rp2040 defaults rows but one: cnn1d new classes at rp2040 moves
 # from 19, 25 whole to 19-25 whole (last:7: 0.894, the best hand-picked; board 0.891).
-# Off until --select board is checked with it on every row (its short list can take the
-# new finalist; checked on those three only): docs/choosing-what-trains.md, session 25.
-ALL_BIASES = False
+# On since session 26: --select board re-made with it on the 27 held-out rows of sessions
+# 22-25 (its short list could take the new finalist where auto's choice stands): the board
+# moves on those two cells alone, with auto, and no other choice of either moves but
+# cnn1d's above (docs/choosing-what-trains.md, session 26).  Off: ALL_BIASES = False.
+ALL_BIASES = True
 RESCREEN_Z = 3.0        # last:N trials this close to the best are screened on a 2nd fold
 # (and ranked on the mean of both: one fold of n_val samples swings by more than SCREEN_Z
 # of its binomial noise often enough to drop the best last:N.  bench/transfer.py, the

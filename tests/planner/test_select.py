@@ -1485,15 +1485,17 @@ def test_full_fine_tuning_its_screening_fold_drops_is_verified(tmp_path, data, m
     assert chosen[False] != chosen[True], chosen
 
 
-def _verified_whatever_screened(tmp_path, data, monkeypatch, switch, ranks):
-    """{on: auto's choice} with select's switch on and off, where the configuration ranks
-    scores far under on its screening fold and best on the others (the last:N trials
-    0.8 and under, the rest 0.5)."""
+def _verified_whatever_screened(tmp_path, data, monkeypatch, switch, ranks,
+                                states=(True, False)):
+    """{on: auto's choice} with select's switch on and off (None: as select has it, run
+    first), where the configuration ranks scores far under on its screening fold and
+    best on the others (the last:N trials 0.8 and under, the rest 0.5)."""
     from host_tools.prepare import select as sl
     suf, _ = _last_suffixes(sl)
     chosen = {}
-    for on in (True, False):
-        monkeypatch.setattr(sl, switch, on)
+    for on in states:
+        if on is not None:
+            monkeypatch.setattr(sl, switch, on)
 
         def score(self, r, fold=0):
             if r == ranks:
@@ -1683,17 +1685,20 @@ def test_on_a_small_proxy_a_lead_within_two_standard_errors_is_settled_on_longer
 
 def test_the_biases_of_every_layer_its_screening_fold_drops_are_verified(tmp_path, data,
                                                                         monkeypatch):
-    """Issue 28 (session 25; off by default until checked on every bench row: tcn new
-    classes b1 202 KB and st1d drift b1 220 KB, 'bias' the best hand-picked setting and
-    never verified): with ALL_BIASES the biases of every layer are verified whatever the
-    screening says, and train when they are the best on the folds; without, they are not
-    tried again."""
+    """Issue 28 (session 25; on by default since session 26, checked on every held-out
+    bench row: tcn new classes b1 202 KB and st1d drift b1 220 KB, 'bias' the best
+    hand-picked setting and never verified): with ALL_BIASES the biases of every layer are
+    verified whatever the screening says, and train when they are the best on the folds;
+    without, they are not tried again."""
     from host_tools.prepare import select as sl
     g = read_model(CNN)
     cands = layers(g)
     cls = sl.classifier(g, cands)
     biases = {**{i: 1 for i, kinds in cands if i < cls and 1 in kinds}, cls: 0}
     assert len(biases) > 2
-    chosen = _verified_whatever_screened(tmp_path, data, monkeypatch, 'ALL_BIASES', biases)
+    chosen = _verified_whatever_screened(tmp_path, data, monkeypatch, 'ALL_BIASES', biases,
+                                         (None, True, False))
     assert chosen[True] == {i: 'all' if i == cls else 'bias' for i in biases}, chosen
     assert chosen[False] != chosen[True], chosen
+    # (and on by default: session 26)
+    assert chosen[None] == chosen[True], chosen
