@@ -1354,7 +1354,7 @@ def test_a_relu_on_its_dying_input_and_a_max_pool_are_planned_as_they_allocate(
     plan / 1.15 (issue 28, session 26: the held-out ONNX conv net of that layout was
     1.31-1.35x its need on 32-bit ulab, frozen below its last two ops: the RELU planned a
     copy of the map; now 1.06-1.08x.  Here: 1.36x on main on 32-bit ulab, 1.07 now; the
-    1-channel CONV_2D 1.37 -> 1.09; on the 32-bit fallback, the pool's two maps, 1.27 -> 1.10)."""
+    1-channel CONV_2D 1.37 -> 1.09; on the 32-bit fallback, the pool's two maps, 1.31 -> 1.10)."""
     if not os.path.exists(os.environ.get(build) or '/-'):
         pytest.skip(f'${build} names no build')
     monkeypatch.setenv('MICROPYTHON', os.environ[build])
