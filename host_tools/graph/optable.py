@@ -122,6 +122,10 @@ class OpSpec:
     # weight is streamed by rows (--stream, the kernel's ROWS: utrain.convrows, on either
     # array backend), planned instead of fwd / bwd_of's figures (None: those)
     rows_of: Callable = None
+    # (op, graph) -> whether the forward writes its output into its first input's array
+    # where that input dies at the op (not saved, no later reader: utrain.model's
+    # rt.dead), no array of its own (op_act's clipping activations on a large input)
+    in_place: Callable = None
 
     @property
     def code(self) -> int:
@@ -443,6 +447,23 @@ def _avgpool_saves(op, flags):
     return [op.outputs[0]] if flags & DX and fused else []
 
 
+def _pool_fwd(op, g, arrays):
+    """utrain.op_pool's MAX_POOL_2D and AVERAGE_POOL_2D forward beside the output (np.full /
+    zeros): the max pool a row at a time, np.maximum's [n, C] result (n <= OW) and, under
+    ulab, its copy into the output (the fallback's native maxpool_steps: none); the average
+    pool added in place through views, then _scale a row at a time (a * col, * rows[i] and
+    under ulab the copy); then the fused activation's arrays (_act_temps).  (The default
+    two output-sized arrays, a 2x2 max pool of a 28x28x8 map stood at the held-out conv
+    net's forward peak: 1.2-1.3x its need on 32-bit, issue 28.)"""
+    _, OH, OW, C = g.tensors[op.outputs[0]].shape
+    fo, act = _act_temps(op, OH * OW * C, C, arrays)
+    if op.name == 'MAX_POOL_2D':
+        rows = 2 * OW * C if arrays == 'ulab' else 0
+    else:
+        rows = (2 + (arrays == 'ulab')) * OW * C
+    return fo, 0, max(rows, act)
+
+
 SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
            shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
@@ -452,9 +473,10 @@ SPECS.update({s.name: s for s in [
            fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
            fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd,
            rows_of=_conv_rows, fwd_of=_conv_fwd),   # (fwd: and op_conv._spread's copy)
-    OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
+    OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16,
+           fwd_of=_pool_fwd),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
-           taps=16),
+           taps=16, fwd_of=_pool_fwd),
     OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(1, 1)),   # (dx: zeros, d added in place)
 ]})
 
@@ -829,6 +851,14 @@ def _act_fwd(op, g, arrays):
     return k - 1, 0, 0
 
 
+def _act_in_place(op, g):
+    """utrain.op_act's standalone clipping activation beyond op_act._WHOLE values: the
+    output is its input's array, clipped in place, where the input dies at the op (a copy
+    of it otherwise).  (Planned as a copy always, a frozen 28x28 1 -> 8 conv's RELU, a
+    25 KB map, stood at the held-out conv net's forward peak: 1.3x on 32-bit ulab.)"""
+    return int(np.prod(g.tensors[op.inputs[0]].shape)) > module('op_act')._WHOLE
+
+
 def _act_bwd(op, g, arrays):
     """op_act.act_grad of RELU (a byte mask and where's result, the input's gradient),
     RELU6 and RELU_N1_TO_1 (two masks, two where()s)."""
@@ -939,9 +969,9 @@ SPECS.update({s.name: s for s in [
     # fwd stays the row bands' figure)
     OpSpec('ELU', {}, _none, _out, fwd=(3, 1), fwd_of=_elu_fwd, bwd_of=_elu_bwd),
     # (the standalone clipping activations as op_act makes them)
-    OpSpec('RELU', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd),
-    OpSpec('RELU_N1_TO_1', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd),
-    OpSpec('RELU6', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd),
+    OpSpec('RELU', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd, in_place=_act_in_place),
+    OpSpec('RELU_N1_TO_1', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd, in_place=_act_in_place),
+    OpSpec('RELU6', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd, in_place=_act_in_place),
 ]})
 
 

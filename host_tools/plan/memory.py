@@ -725,13 +725,24 @@ def forward_peak(r):
         if op.index in groups:      # its windows are made and freed every sample
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
-            need, temps = op_need(r, SPECS[op.name], op, cur, hole)
+            need, temps = op_need(r, SPECS[op.name], op, cur, hole, in_place(r, op, live, cut))
             hole += temps               # (a group's windows: BAND_SLACK's)
         if need > peak:
             peak, peak_at = need, op.index
+        kept = in_place(r, op, live, cut) and op.index not in banded
         live.update(k for k in op.outputs if k not in inner)
-        hole += forward_frees(r, op, live, cut)
+        hole += forward_frees(r, op, live, cut)[kept:]
     return peak, peak_at, x_in
+
+
+def in_place(r, op, live, cut) -> bool:
+    """Does op write its output into its first input's array (spec.in_place), that input
+    dying here (forward_frees' test: the device's rt.dead)?  Its output is then no array
+    of its own, and the input's is no hole."""
+    from ..graph.optable import SPECS
+    spec = SPECS[op.name]
+    return bool(spec.in_place and spec.in_place(op, r.g)) and \
+        forward_frees(r, op, set(live), cut, first=True) != []
 
 
 def held_views(r, sample) -> set:
@@ -764,10 +775,11 @@ def forward_start(r):
     return {g.inputs[0]}, r.size[g.inputs[0]], cut
 
 
-def op_need(r, spec, op, cur, hole):
+def op_need(r, spec, op, cur, hole, inplace=False):
     """(the working set while op runs forward, its largest temporary): the live data cur,
-    its outputs, its temporaries (fwd_temps), the tap views, and a fresh run for an
-    output longer than the holes the pass has freed (fresh_run)."""
+    its outputs (none where it writes into its dying input: in_place), its temporaries
+    (fwd_temps), the tap views, and a fresh run for an output longer than the holes the
+    pass has freed (fresh_run)."""
     from ..files.flatmodel import ACT
     A, size = r.A, r.size
     fo, fi, pc = fwd_temps(r, spec, op)
@@ -776,11 +788,13 @@ def op_need(r, spec, op, cur, hole):
         return cur + A(0), []      # (a header over floats held anyway)
     ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
     n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
+    ins_a = [n_in] * fi
     wt = weight_temps(r, spec, op)
-    need = cur + (1 + fo) * A(size[o]) + fi * n_in + sum(A(size[k]) for k in op.outputs[1:]) \
-        + spec.taps * A(0) + pc + wt + fresh_run([A(size[o])] * (1 + fo) + [n_in] * fi + [pc, wt], hole)
-    r.largest = max(r.largest, A(size[o]), pc, n_in)
-    return need, [n for n in [A(size[o])] * fo + [n_in] * fi + [pc, wt] if n]
+    out = [] if inplace else [A(size[o])]
+    need = cur + sum(out) + fo * A(size[o]) + sum(ins_a) + sum(A(size[k]) for k in op.outputs[1:]) \
+        + spec.taps * A(0) + pc + wt + fresh_run(out + [A(size[o])] * fo + ins_a + [pc, wt], hole)
+    r.largest = max([r.largest, A(size[o]), pc] + ins_a)
+    return need, [n for n in [A(size[o])] * fo + ins_a + [pc, wt] if n]
 
 
 def weight_temps(r, spec, op, extra=0) -> int:
@@ -791,14 +805,15 @@ def weight_temps(r, spec, op, extra=0) -> int:
     return n * r.A(r.size[ins[1]]) if n and len(ins) > 1 and ins[1] >= 0 else 0
 
 
-def forward_frees(r, op, live, cut) -> list:
+def forward_frees(r, op, live, cut, first=False) -> list:
     """The op's activation inputs it is the last reader of (not saved for the backward
-    pass, not the sample or the cut): dropped from live; returns their sizes (bytes)."""
+    pass, not the sample or the cut): dropped from live; returns their sizes (bytes), the
+    first input's first.  first: of the first input only."""
     from ..graph.optable import SPECS
     from ..files.flatmodel import ACT
     g, plan = r.g, r.plan
     out = []
-    for k in SPECS[op.name].inputs(op):
+    for k in SPECS[op.name].inputs(op)[:1 if first else None]:
         if k >= 0 and r.kinds[k] == ACT and plan.last_use.get(k) == op.index \
                 and k not in plan.saved and k != g.inputs[0] and k not in cut and k in live:
             live.discard(k)
