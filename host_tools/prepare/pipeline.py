@@ -1077,12 +1077,27 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     warn = step_schedule_warning(s, summary.get('train_samples'))
     if warn:
         log(warn)
+    check_decay(model_path, s)
     return write_run_config(out_dir, files, s, summary, progress,
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
                             gc_every=heap['gc_every'], **run_planned(heap, limit),
                             **({'steps': heap['steps']} if heap.get('steps') else {}))
+
+
+def check_decay(model_path, s):
+    """A weight decay that overshoots: under sgd and adamw each step multiplies the weights
+    by 1 - lr x weight_decay (the decay's share), which at lr x weight_decay >= 1 is 0 or
+    less: they flip sign and, past 2, grow every step (--weight-decay 1e30 had been taken,
+    and the run diverged).  Adam's and RMSprop's L2 decay is scaled by their step."""
+    wd, lr = float(s.get('weight_decay') or 0.0), float(s['lr'])
+    if wd and s['optimizer'] in ('sgd', 'adamw') and lr * wd >= 1:
+        raise PrepareError(
+            f'{model_path}: --weight-decay {wd:g} at lr {lr:g}: each {s["optimizer"]} step '
+            f'multiplies the weights by 1 - lr x weight_decay = {1 - lr * wd:g}, which wipes '
+            f'them out or flips them: give a weight decay below 1 / lr = {1 / lr:g} (0.0001 to '
+            '0.01 is usual)')
 
 
 def _input_parts(data, g):

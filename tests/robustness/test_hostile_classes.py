@@ -510,3 +510,21 @@ def test_a_last_n_past_the_files_ops_says_it_trains_all_of_them(tmp_path):
              log=said.append)
     assert s['trainable_params'] == 2410
     assert any('last:999: the file has 3 ops; it trains all of them' in m for m in said), said
+
+
+@pytest.mark.parametrize('optimizer', ['sgd', 'adamw'])
+def test_a_weight_decay_that_overshoots_is_refused_naming_the_bound(tmp_path, optimizer):
+    """--weight-decay 1e30 had been taken: each sgd / adamw step multiplies the weights by
+    1 - lr x weight_decay, here far below 0, and the run diverged."""
+    from host_tools.prepare.pipeline import prepare as prep
+    from host_tools.graph.passes import PrepareError
+    digits = os.path.join(ROOT, 'datasets', 'digits')
+    kw = dict(data=os.path.join(digits, 'digits.npz'), lr=0.01, epochs=1, optimizer=optimizer,
+              log=lambda *a: None)
+    with pytest.raises(PrepareError, match=r'--weight-decay 1e\+30 at lr 0\.01: .*below 1 / lr = 100'):
+        prep(os.path.join(digits, 'digits_mlp.circle'), os.fspath(tmp_path / 'r'),
+             weight_decay=1e30, **kw)
+    assert not os.path.exists(tmp_path / 'r')
+    s = prep(os.path.join(digits, 'digits_mlp.circle'), os.fspath(tmp_path / 'r'),
+             weight_decay=0.01, **kw)
+    assert s['settings']['weight_decay'] == 0.01
