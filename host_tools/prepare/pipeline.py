@@ -952,6 +952,9 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             + ('op %s trains' if len(whole) == 1 else 'ops %s train') % _span(whole)
             + ' whole besides the ranked ones; --train none trains only the ranked ops')
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
+    if dequantize and not info.get('dequantized'):      # (it had been taken without a word)
+        log(f'{model_path}: --dequantize: the model holds no int8 or uint8 tensors to '
+            'dequantize; it trains in float32 as it is')
     if not p.params:
         from ..graph.passes import reach_hint
         skip = set(off_output(source, range(len(source.ops))))     # (not in the run)

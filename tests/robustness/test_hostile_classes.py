@@ -528,3 +528,23 @@ def test_a_weight_decay_that_overshoots_is_refused_naming_the_bound(tmp_path, op
     s = prep(os.path.join(digits, 'digits_mlp.circle'), os.fspath(tmp_path / 'r'),
              weight_decay=0.01, **kw)
     assert s['settings']['weight_decay'] == 0.01
+
+
+def test_dequantize_on_a_float_model_says_it_has_nothing_to_do(tmp_path):
+    """--dequantize on a float model had been taken without a word; on an int8 one it
+    dequantizes (no note)."""
+    from host_tools.prepare.pipeline import prepare as prep
+    from kerasgraphs import build_int8_unary
+    digits = os.path.join(ROOT, 'datasets', 'digits')
+    said = []
+    prep(os.path.join(digits, 'digits_mlp.circle'), os.fspath(tmp_path / 'f'),
+         data=os.path.join(digits, 'digits.npz'), dequantize=True, lr=0.01, epochs=1,
+         log=said.append)
+    assert any('--dequantize: the model holds no int8' in m for m in said), said
+    q8 = build_int8_unary(os.fspath(tmp_path / 'q.tflite'), 'TANH')[0]
+    x = np.random.default_rng(0).normal(0, 1, (24, 6)).astype(np.float32)
+    np.savez(tmp_path / 'q.npz', x=x, y=(x[:, 0] > 0).astype(np.int64))
+    said = []
+    prep(q8, os.fspath(tmp_path / 'q'), data=os.fspath(tmp_path / 'q.npz'), dequantize=True,
+         loss='scce', lr=0.01, epochs=1, log=said.append)
+    assert not any('--dequantize: the model holds no' in m for m in said), said
