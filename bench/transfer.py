@@ -419,6 +419,35 @@ def imu_seq_task_data(name, n):
     return seq, split
 
 
+def _cbn(nn, i, o, k, s=1, g=1, act=None):
+    """A k x k Conv2d without bias (stride s, g groups, padded to keep the size) and its
+    BatchNorm2d, then act() where given."""
+    return [nn.Conv2d(i, o, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(o)] + (
+        [act()] if act else [])
+
+
+def _residual(nn, body):
+    """x + body(x): the layers of body in sequence."""
+    class Res(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(*body)
+
+        def forward(self, x):
+            return x + self.body(x)
+    return Res()
+
+
+def _digits_pretrained(m, path):
+    """The digits net m pre-trained on the digits 0-5 (make_tico.pretrain: seeded),
+    converted to the circle at path."""
+    sys.path.insert(0, DIGITS)
+    import make_tico
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
+    return _convert(m, (1, 1, 8, 8), path)
+
+
 def dwres_circle():
     """A CNN the selection was not tuned on (issue 28): MobileNetV2-style inverted
     residuals with BatchNorm and ReLU6 on the digits: conv 3x3 1->16 stride 1 -BN-ReLU6,
@@ -430,29 +459,16 @@ def dwres_circle():
         return path
     import torch
     import torch.nn as nn
-    sys.path.insert(0, DIGITS)
-    import make_tico
 
     def cbr(i, o, k, s=1, g=1, act=True):
-        return [nn.Conv2d(i, o, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(o)] + (
-            [nn.ReLU6()] if act else [])
-
-    class Res(nn.Module):
-        def __init__(self, body):
-            super().__init__()
-            self.body = nn.Sequential(*body)
-
-        def forward(self, x):
-            return x + self.body(x)
+        return _cbn(nn, i, o, k, s, g, nn.ReLU6 if act else None)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     m = nn.Sequential(*cbr(1, 16, 3), *cbr(16, 32, 1), *cbr(32, 32, 3, 2, 32),
                       *cbr(32, 16, 1, act=False),
-                      Res(cbr(16, 32, 1) + cbr(32, 32, 3, 1, 32) + cbr(32, 16, 1, act=False)),
+                      _residual(nn, cbr(16, 32, 1) + cbr(32, 32, 3, 1, 32) + cbr(32, 16, 1, act=False)),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
-    z = np.load(os.path.join(DIGITS, 'digits.npz'))
-    m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
-    return _convert(m, (1, 1, 8, 8), path)
+    return _digits_pretrained(m, path)
 
 
 def imu_mlp_circle():
@@ -582,12 +598,9 @@ def sedw_circle():
         return path
     import torch
     import torch.nn as nn
-    sys.path.insert(0, DIGITS)
-    import make_tico
 
     def cbh(i, o, k, s=1, g=1, act=True):
-        return [nn.Conv2d(i, o, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(o)] + (
-            [nn.Hardswish()] if act else [])
+        return _cbn(nn, i, o, k, s, g, nn.Hardswish if act else None)
 
     class SE(nn.Module):
         def __init__(self, c, r):
@@ -596,24 +609,14 @@ def sedw_circle():
 
         def forward(self, x):
             return x * torch.sigmoid(self.b(torch.relu(self.a(x.mean((2, 3), keepdim=True)))))
-
-    class Res(nn.Module):
-        def __init__(self, body):
-            super().__init__()
-            self.body = nn.Sequential(*body)
-
-        def forward(self, x):
-            return x + self.body(x)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     m = nn.Sequential(*cbh(1, 16, 3), *cbh(16, 16, 3, 2, 16), SE(16, 8),
                       *cbh(16, 24, 1, act=False),
-                      Res(cbh(24, 48, 1) + cbh(48, 48, 3, 1, 48) + [SE(48, 12)]
+                      _residual(nn, cbh(24, 48, 1) + cbh(48, 48, 3, 1, 48) + [SE(48, 12)]
                           + cbh(48, 24, 1, act=False)),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 10))
-    z = np.load(os.path.join(DIGITS, 'digits.npz'))
-    m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
-    return _convert(m, (1, 1, 8, 8), path)
+    return _digits_pretrained(m, path)
 
 
 SSEQ = 16           # the series GRU's steps (series_data.L = 128: 8 samples a step)

@@ -1234,6 +1234,45 @@ def test_activation_temporaries_are_planned_as_allocated(tmp_path):
     assert not bad, '\n'.join(bad)
 
 
+def _conv_mean_fc(b, r, x, src, q, channels, classes, path, half=False):
+    """The nets' tail after their first map src: conv 3x3 stride 2 to 2 x channels (RELU),
+    x 0.5 (half), MEAN over the q x q positions, FC to classes; saved to path."""
+    d = b.tensor('d', [1, q, q, 2 * channels])
+    b.op('CONV_2D', [src, b.tensor('w2', [2 * channels, 3, 3, channels],
+                                   data=r.normal(0, 0.2, (2 * channels, 3, 3, channels)).astype(np.float32)),
+                     b.tensor('b2', [2 * channels], data=np.zeros(2 * channels, np.float32))], [d],
+         padding='SAME', stride_w=2, stride_h=2, fused_activation_function='RELU')
+    if half:
+        e = b.tensor('e', [1, q, q, 2 * channels])
+        b.op('MUL', [d, b.tensor('s', [], data=np.array(0.5, np.float32))], [e])
+        d = e
+    m = b.tensor('m', [1, 2 * channels])
+    b.op('MEAN', [d, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, classes])
+    b.op('FULLY_CONNECTED', [m, b.tensor('fw', [classes, 2 * channels],
+                                         data=r.normal(0, 0.4, (classes, 2 * channels)).astype(np.float32)),
+                             b.tensor('fb', [classes], data=np.zeros(classes, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(path)
+
+
+def _prepared_on(build, monkeypatch, tmp_path, make, **kw):
+    """(prepare's summary, the folder) of the net make(path) on 8 random 28x28 samples for
+    the 32-bit build $build (skipped without it), its arrays the build's."""
+    if not os.path.exists(os.environ.get(build) or '/-'):
+        pytest.skip(f'${build} names no build')
+    monkeypatch.setenv('MICROPYTHON', os.environ[build])
+    model = make(str(tmp_path / 'm.circle'))
+    rng = np.random.default_rng(3)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((8, 28, 28, 1)).astype(np.float32), y=rng.integers(0, 4, 8))
+    out = str(tmp_path / 'o')
+    return prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                   log=lambda *a: None, backend='ulab' if build.endswith('ULAB') else 'fallback',
+                   **kw), out
+
+
 def _hswish_cnn(path, size=28, channels=8, classes=4):
     """A conv (stride 2, channels) -> HARD_SWISH -> conv (stride 2) -> MUL -> MEAN -> FC net
     (the held-out ho_hswish's layout at another size and width)."""
@@ -1248,22 +1287,7 @@ def _hswish_cnn(path, size=28, channels=8, classes=4):
          padding='SAME', stride_w=2, stride_h=2)
     a = b.tensor('a', [1, h, h, channels])
     b.op('HARD_SWISH', [c], [a])
-    d = b.tensor('d', [1, q, q, 2 * channels])
-    b.op('CONV_2D', [a, b.tensor('w2', [2 * channels, 3, 3, channels],
-                                 data=r.normal(0, 0.2, (2 * channels, 3, 3, channels)).astype(np.float32)),
-                     b.tensor('b2', [2 * channels], data=np.zeros(2 * channels, np.float32))], [d],
-         padding='SAME', stride_w=2, stride_h=2, fused_activation_function='RELU')
-    e = b.tensor('e', [1, q, q, 2 * channels])
-    b.op('MUL', [d, b.tensor('s', [], data=np.array(0.5, np.float32))], [e])
-    m = b.tensor('m', [1, 2 * channels])
-    b.op('MEAN', [e, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
-    y = b.tensor('y', [1, classes])
-    b.op('FULLY_CONNECTED', [m, b.tensor('fw', [classes, 2 * channels],
-                                         data=r.normal(0, 0.4, (classes, 2 * channels)).astype(np.float32)),
-                             b.tensor('fb', [classes], data=np.zeros(classes, np.float32))], [y])
-    b.inputs(x)
-    b.outputs(y)
-    return b.save(path)
+    return _conv_mean_fc(b, r, x, a, q, channels, classes, path, half=True)
 
 
 # issue 28: HARD_SWISH's forward makes five arrays, but in a run that collects every
@@ -1286,17 +1310,7 @@ def test_a_frozen_hard_swish_is_planned_within_1_2x(tmp_path, monkeypatch, case,
     (its peak HARD_SWISH's forward) and whole (through its backward), each planned at the
     arrays it holds at once: it trains in its plan and not in plan / 1.2 (32-bit builds,
     with and without ulab)."""
-    if not os.path.exists(os.environ.get(build) or '/-'):
-        pytest.skip(f'${build} names no build')
-    monkeypatch.setenv('MICROPYTHON', os.environ[build])
-    model = _hswish_cnn(str(tmp_path / 'hs.circle'))
-    rng = np.random.default_rng(3)
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((8, 28, 28, 1)).astype(np.float32), y=rng.integers(0, 4, 8))
-    out = str(tmp_path / 'o')
-    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
-                log=lambda *a: None, backend='ulab' if build.endswith('ULAB') else 'fallback',
-                **HSWISH_CASES[case])
+    s, out = _prepared_on(build, monkeypatch, tmp_path, _hswish_cnn, **HSWISH_CASES[case])
     plan = s['heap']['total']
     assert s['heap']['gc_every'] <= 4 * 14 * 14 * 8      # (collected before each of them)
     runner.stage(out)
@@ -1325,20 +1339,7 @@ def _relu_cnn(path, size=28, channels=8, classes=4, dw=True):
     p = b.tensor('p', [1, h, h, channels])
     b.op('MAX_POOL_2D', [a], [p], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
          filter_height=2)
-    d = b.tensor('d', [1, q, q, 2 * channels])
-    b.op('CONV_2D', [p, b.tensor('w2', [2 * channels, 3, 3, channels],
-                                 data=r.normal(0, 0.2, (2 * channels, 3, 3, channels)).astype(np.float32)),
-                     b.tensor('b2', [2 * channels], data=np.zeros(2 * channels, np.float32))], [d],
-         padding='SAME', stride_w=2, stride_h=2, fused_activation_function='RELU')
-    m = b.tensor('m', [1, 2 * channels])
-    b.op('MEAN', [d, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
-    y = b.tensor('y', [1, classes])
-    b.op('FULLY_CONNECTED', [m, b.tensor('fw', [classes, 2 * channels],
-                                         data=r.normal(0, 0.4, (classes, 2 * channels)).astype(np.float32)),
-                             b.tensor('fb', [classes], data=np.zeros(classes, np.float32))], [y])
-    b.inputs(x)
-    b.outputs(y)
-    return b.save(path)
+    return _conv_mean_fc(b, r, x, p, q, channels, classes, path)
 
 
 @pytest.mark.slow
@@ -1355,17 +1356,9 @@ def test_a_relu_on_its_dying_input_and_a_max_pool_are_planned_as_they_allocate(
     1.31-1.35x its need on 32-bit ulab, frozen below its last two ops: the RELU planned a
     copy of the map; now 1.06-1.08x.  Here: 1.36x on main on 32-bit ulab, 1.07 now; the
     1-channel CONV_2D 1.37 -> 1.09; on the 32-bit fallback, the pool's two maps, 1.31 -> 1.10)."""
-    if not os.path.exists(os.environ.get(build) or '/-'):
-        pytest.skip(f'${build} names no build')
-    monkeypatch.setenv('MICROPYTHON', os.environ[build])
-    model = _relu_cnn(str(tmp_path / 'r.circle'), dw=first == 'depthwise')
-    rng = np.random.default_rng(3)
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((8, 28, 28, 1)).astype(np.float32), y=rng.integers(0, 4, 8))
-    out = str(tmp_path / 'o')
-    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
-                log=lambda *a: None, backend='ulab' if build.endswith('ULAB') else 'fallback',
-                optimizer='sgd', batch=1, train='last:2')
+    s, out = _prepared_on(build, monkeypatch, tmp_path,
+                          lambda p: _relu_cnn(p, dw=first == 'depthwise'),
+                          optimizer='sgd', batch=1, train='last:2')
     plan = s['heap']['total']
     runner.stage(out)
     assert trains_in(out, plan), f'does not train in the planned {plan} B'
