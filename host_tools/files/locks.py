@@ -47,10 +47,11 @@ def holder(path) -> str:
     return f'{what} (pid {pid})'
 
 
-def locked(path, refusal, error=RuntimeError) -> int:
+def locked(path, refusal, error=RuntimeError, anon='another process') -> int:
     """An fd of path (a folder) holding its lock (flock: the kernel drops it with the
-    process, killed or not), or error(refusal(who holds it)): prepare, a run, `dataset`
-    and `deploy` each hold a folder so while they write it."""
+    process, killed or not), or error(refusal(who holds it: anon where no process is
+    named)): prepare, a run, `dataset` and `deploy` each hold a folder so while they
+    write it."""
     import fcntl
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -58,5 +59,5 @@ def locked(path, refusal, error=RuntimeError) -> int:
     except OSError:
         who = holder(path)
         os.close(fd)
-        raise error(refusal(who or 'another process')) from None
+        raise error(refusal(who or anon)) from None
     return fd

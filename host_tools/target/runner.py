@@ -527,12 +527,11 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
     process ends, killed or not).  A Ctrl-C here reaches train.py as a board's Ctrl-C
     does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
     so it stops after saving a checkpoint from which resume is exact."""
-    import fcntl
     if os.path.isfile(out_dir):     # (a file of the folder, the model: 'no train.json here')
         raise FileNotFoundError(f'{out_dir}: a file; give the folder prepare wrote (its -o)'
                                 + (f', {os.path.dirname(out_dir) or "."}' if os.path.exists(
                                     os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
-    from ..files.locks import holder, staging_folder
+    from ..files.locks import holder, locked, staging_folder
     stage = staging_folder(out_dir)
     who = holder(stage) if os.path.isdir(stage) else ''
     if who.startswith('a prepare'):
@@ -541,18 +540,12 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
     damaged_weights(out_dir)
-    lock = os.open(out_dir, os.O_RDONLY)
+    lock = locked(out_dir, lambda who: f'{out_dir}: {who} is ' + (
+        'preparing this folder; run it when that prepare ends' if who.startswith('a prepare')
+        else 'training in this folder; wait for it to end (or stop it) first' if who.startswith(
+            ('a run', 'another run')) else 'using this folder; wait for it to end (or stop it) '
+        'first'), anon='another run')
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            who = holder(out_dir)
-            raise RuntimeError(
-                f'{out_dir}: {who or "another run"} is '
-                + ('preparing this folder; run it when that prepare ends' if who.startswith(
-                    'a prepare') else 'training in this folder; wait for it to end (or stop '
-                   'it) first' if not who or who.startswith('a run') else
-                   'using this folder; wait for it to end (or stop it) first')) from None
         argv, env = command(out_dir, board, python, source)
         note = None if python else sim_heap(out_dir, board)[1]
         if note and stream:
