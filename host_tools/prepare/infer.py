@@ -285,8 +285,9 @@ def onnx_predictor(path):
     return run
 
 
-def predictor(path):
-    """(run, runtime name, graph or None) for the model file at path."""
+def predictor(path, read=None):
+    """(run, runtime name, graph or None) for the model file at path (read: its graph, as
+    read_model read it already)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InferError(f'{path}: no such model file')
@@ -295,10 +296,12 @@ def predictor(path):
         # (refused as inspect and prepare refuse it: weights of NaN had been scored
         # 'cross-entropy nan'; a graph utrain does not read is ONNX Runtime's alone)
         from ..files.validate import runnable
-        try:
-            g = read_model(path)
-        except ValueError:
-            g = None
+        g = read
+        if g is None:
+            try:
+                g = read_model(path)
+            except ValueError:
+                pass
         if g is not None:
             try:
                 runnable(g)
@@ -634,20 +637,9 @@ def _fixed_dims(model, data):
     import contextlib
     import shutil
     import tempfile
-    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
-    from .pipeline import _sample_dims
-    if not is_onnx(model) or not os.path.isfile(os.fspath(model)):
-        return None
-    try:
-        m = _onnx().load(os.fspath(model))
-        opens = open_inputs(m)
-    except Exception:   # noqa: B902 - (evaluate's own read says what is wrong)
-        return None
-    if len(opens) != 1:
-        return None
-    (name, dims), = opens.items()
-    got = _sample_dims(data, dims)
-    if got is None:
+    from .pipeline import dims_from_samples
+    fixed = dims_from_samples(model, data)
+    if fixed is None:
         return None
 
     @contextlib.contextmanager
@@ -656,7 +648,7 @@ def _fixed_dims(model, data):
         try:
             path = os.path.join(d, os.path.basename(os.fspath(model)))
             with open(path, 'wb') as f:
-                f.write(with_dims(m, {name: got}).SerializeToString())
+                f.write(fixed[0].SerializeToString())
             yield path
         finally:
             shutil.rmtree(d, ignore_errors=True)
@@ -690,7 +682,7 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             # (a model of one output: --output 5 had been left unread, 'p' or 0 is it)
             from ..graph.inout import choose_output
             choose_output(h, output)
-    run, runtime, g = predictor(model)
+    run, runtime, g = predictor(model, h if os.path.exists(os.fspath(model)) else None)
     shape = getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape
     x, y = ds.load(data, label=label, size=size, shape=shape)
     if limit:

@@ -586,33 +586,44 @@ def _sample_dims(data, dims):
     return None
 
 
+def dims_from_samples(model_path, data):
+    """(the .onnx ModelProto of model_path with its one input's dimensions known only at
+    run time set as data's samples have them, that input's name, its dimensions as the
+    file gives them (None where open), as set), or None: no data, not an .onnx file, no
+    such input or several, or the samples do not tell (the reader's refusal then says how
+    to fix the shape).  prepare's copy (fixed_dims_copy) and evaluate's (infer)."""
+    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
+    if not data or not is_onnx(model_path) or not os.path.isfile(os.fspath(model_path)):
+        return None
+    try:
+        m = _onnx().load(os.fspath(model_path))
+        opens = open_inputs(m)
+    except Exception:   # noqa: B902 - (the reader says what is wrong with the file)
+        return None
+    if len(opens) != 1:
+        return None
+    (name, dims), = opens.items()
+    got = _sample_dims(data, dims)
+    return None if got is None else (with_dims(m, {name: got}), name, dims, got)
+
+
 def fixed_dims_copy(model_path, out_dir, data, log=print):
     """(the model to prepare, {input: dims} or None): an .onnx model whose input has a
     dimension known only at run time (a PyTorch sequence model exported with
     dynamic_axes on its length) is copied into out_dir with the dimension the samples of
     data have (utrain trains a fixed shape), and prepare says so; export writes the
     trained weights into the file as it was, the dimension open."""
-    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
-    if not data or not is_onnx(model_path) or not os.path.isfile(model_path):
+    fixed = dims_from_samples(model_path, data)
+    if fixed is None:
         return model_path, None
-    try:
-        m = _onnx().load(model_path)
-        opens = open_inputs(m)
-    except Exception:   # noqa: B902 - (settle says what is wrong with the file)
-        return model_path, None
-    if len(opens) != 1:
-        return model_path, None     # (none, or several inputs: the reader says what to do)
-    (name, dims), = opens.items()
-    got = _sample_dims(data, dims)
-    if got is None:
-        return model_path, None     # (the reader's refusal says how to fix the shape)
+    m, name, dims, got = fixed
     os.makedirs(out_dir, exist_ok=True)
     dst = os.path.join(out_dir, FIXED_DIMS)
     if os.path.exists(dst) and os.path.samefile(dst, model_path):
         raise PrepareError(f'{model_path}: prepare would overwrite it with its copy of fixed '
                            'dimensions; prepare into another folder')
     from ..formats.ir import atomic_write
-    atomic_write(dst, with_dims(m, {name: got}).SerializeToString())
+    atomic_write(dst, m.SerializeToString())
     open_ = [j for j, d in enumerate(dims) if j and d is None]
     log(f'{model_path}: input {name!r} has dimension{"s" * (len(open_) > 1)} '
         f'{", ".join(map(str, open_))} known only at run time; it trains at '
@@ -671,26 +682,29 @@ def _batch1_prepare(model_path, out_dir, data=None, log=print, **kw):
     src, n = unbatched(model_path, out_dir, log)
     src, fixed_dims = fixed_dims_copy(src, out_dir, data, log)
     r = _prepare(src, out_dir, data, log=log, **kw)
-    if fixed_dims and isinstance(r, dict):
-        r['fixed_dims'] = fixed_dims
-        sp = os.path.join(out_dir, 'prepare.json')
-        if os.path.exists(sp):
-            with open(sp) as f:
-                d = json.load(f)
-            d['fixed_dims'] = fixed_dims
-            d['model'] = r['model'] = os.path.abspath(model_path)   # (export's, as given)
-            atomic_write(sp, (json.dumps(d, indent=1) + '\n').encode())
-    if n > 1 and isinstance(r, dict):
-        r['fixed_batch'] = {'batch': n, 'model': os.path.abspath(model_path),
-                            'copy': os.path.basename(src)}
-        sp = os.path.join(out_dir, 'prepare.json')
-        if os.path.exists(sp):
-            with open(sp) as f:
-                d = json.load(f)
-            d['fixed_batch'] = r['fixed_batch']
-            d['model'] = r['model'] = os.path.abspath(model_path)   # (export's, as given)
-            atomic_write(sp, (json.dumps(d, indent=1) + '\n').encode())
+    if fixed_dims:
+        _prepared_from_copy(out_dir, r, 'fixed_dims', fixed_dims, model_path)
+    if n > 1:
+        _prepared_from_copy(out_dir, r, 'fixed_batch', {
+            'batch': n, 'model': os.path.abspath(model_path), 'copy': os.path.basename(src)},
+            model_path)
     return r
+
+
+def _prepared_from_copy(out_dir, r, key, value, model_path):
+    """A prepare of a copy of model_path (its batch or its open dimensions set): summary r
+    and out_dir's prepare.json name the copy (key: value) and the model as given, which
+    export writes."""
+    if not isinstance(r, dict):
+        return
+    r[key] = value
+    sp = os.path.join(out_dir, 'prepare.json')
+    if os.path.exists(sp):
+        with open(sp) as f:
+            d = json.load(f)
+        d[key] = value
+        d['model'] = r['model'] = os.path.abspath(model_path)   # (export's, as given)
+        atomic_write(sp, (json.dumps(d, indent=1) + '\n').encode())
 
 
 def prepare(model_path, out_dir, *args, **kw):
