@@ -104,15 +104,14 @@ def plot(log, out, notes=None):
         ax.legend()
     fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(log))) + '/' + os.path.basename(log))
     fig.tight_layout()
-    # (written beside it, then renamed: a plot stopped half way (Ctrl-C, a full disk) had
-    # left a PNG cut short where the last good one was)
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)),
-                       '.' + os.path.basename(out) + '.tmp')
+    # (written whole beside it, then renamed: a plot stopped half way (Ctrl-C, a full
+    # disk) had left a PNG cut short where the last good one was)
+    import io
+    from .formats.ir import atomic_write
+    buf = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=100, format=fmt)
-        os.replace(tmp, out)
+        fig.savefig(buf, dpi=100, format=fmt)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(out, buf.getvalue())
     return out

@@ -238,7 +238,6 @@ def check_npz(path: str) -> None:
                                f'({n} bytes) but holds {size} bytes (truncated or corrupt)')
 
 
-
 def check_values(path: str, x, y) -> None:
     """NaN/Inf in x or y, or a value float32 cannot hold (a float64 1e300, a '1e39' in a
     .csv: stored, it is Inf, which the NaN check had passed): the sample is named."""

@@ -574,10 +574,9 @@ class _Reader(RecurrentOps):
             vals = [self.const[v] if v else None for v in ins]
             # a product with a zero state (no parameter): zeros, whatever the other factor
             # (a weight's gradient through it is 0 too): an unrolled RNN's first step
-            zero_fill = t in ('MatMul', 'Mul') and any(
-                v in self.fills and not np.any(self.const[v]) for v in present)
-            if t == 'Add' and len(present) == 2 and any(
-                    v in self.fills and not np.any(self.const[v]) for v in present) and \
+            zero = any(v in self.fills and not np.any(self.const[v]) for v in present)
+            zero_fill = t in ('MatMul', 'Mul') and zero
+            if t == 'Add' and len(present) == 2 and zero and \
                     np.size(np.add(*vals)) == max(np.size(v) for v in vals):
                 zero_fill = None    # (x + 0 and no broadcast: x, a weight's steps kept)
             r = (np.zeros_like(np.matmul(*vals) if t == 'MatMul' else vals[0] * vals[1])

@@ -722,14 +722,15 @@ def forward_peak(r):
     r.views = held_views(r, g.inputs[0] in live)
     for op in g.ops[r.start:]:
         cur = sum(A(0 if k in r.views else size[k]) for k in live if k not in plan.saved)
+        kept = in_place(r, op, live, cut)       # (its output is its dying input's array)
         if op.index in groups:      # its windows are made and freed every sample
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
-            need, temps = op_need(r, SPECS[op.name], op, cur, hole, in_place(r, op, live, cut))
+            need, temps = op_need(r, SPECS[op.name], op, cur, hole, kept)
             hole += temps               # (a group's windows: BAND_SLACK's)
         if need > peak:
             peak, peak_at = need, op.index
-        kept = in_place(r, op, live, cut) and op.index not in banded
+        kept = kept and op.index not in banded
         live.update(k for k in op.outputs if k not in inner)
         hole += forward_frees(r, op, live, cut)[kept:]
     return peak, peak_at, x_in

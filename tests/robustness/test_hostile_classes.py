@@ -434,9 +434,12 @@ def test_a_plot_stopped_half_way_keeps_the_last_one(tmp_path, monkeypatch):
     out = tmp_path / 'curves.png'
     out.write_bytes(b'the last good plot')
 
-    def cut(self, fname, **kw):
-        with open(fname, 'wb') as f:
-            f.write(b'\x89PNG cut sh')
+    def cut(self, fname, **kw):     # (a path or a file object, as savefig takes)
+        if isinstance(fname, (str, os.PathLike)):
+            with open(fname, 'wb') as f:
+                f.write(b'\x89PNG cut sh')
+        else:
+            fname.write(b'\x89PNG cut sh')
         raise KeyboardInterrupt
     monkeypatch.setattr(Figure, 'savefig', cut)
     code, err = says(['plot', log, '-o', out])
