@@ -2027,8 +2027,9 @@ def _open_shape(vi) -> str:
             '--inputs NAME[1,F,...] or a Keras Input with every size given; torch.onnx.export: '
             'leave the axis out of dynamic_axes), or set it in the file with '
             'onnx.tools.update_model_dims.update_inputs_outputs_dims; prepare and evaluate '
-            'with data set it from the samples themselves (a model of one input: an .npz x '
-            'of its rank, or one open dimension)')
+            'with data set it from the samples themselves (an .npz x of the input\'s rank, '
+            'or one open dimension; of several inputs, an .npz array per input named as '
+            'the input or x0, x1, ..)')
 
 
 def open_inputs(model) -> dict:

@@ -566,16 +566,10 @@ BATCH1 = 'batch1'       # the batch-1 copy of a model whose file fixes a batch (
 FIXED_DIMS = 'fixed_dims.onnx'     # an .onnx model's copy with its open dimensions set
 
 
-def _sample_dims(data, dims):
-    """dims (an input's shape, None where open) filled from data's samples: an .npz's x
-    of that rank, else one open dimension from the values a sample holds; None where
-    they do not tell."""
-    from ..files import dataset as ds
-    try:
-        x, _ = ds.load(data)
-    except Exception:   # noqa: B902 - (prepare's own read says what is wrong with it)
-        return None
-    x = np.asarray(x)
+def _dims_of(x, dims):
+    """dims (an input's shape, None where open) filled from x, its samples (one a row, or
+    shaped): x of that rank, else one open dimension from the values a sample holds; None
+    where they do not tell."""
     want = list(dims[1:])
     if x.ndim - 1 == len(want) and all(w is None or w == n for w, n in zip(want, x.shape[1:])):
         return [1] + [int(n) for n in x.shape[1:]]
@@ -586,25 +580,64 @@ def _sample_dims(data, dims):
     return None
 
 
+def _sample_dims(data, inputs, opens):
+    """{input name: its dims filled from data's samples} for the open inputs opens
+    ({name: dims, None where open}) among a model's inputs ([(name, dims)] in the file's
+    order): one input, from x; several, from an .npz's array per input (named as the
+    input or x0, x1, .. by its place, as load_inputs reads them), or from x joined where
+    one open dimension is all it leaves unknown; None where they do not tell."""
+    from ..files import dataset as ds
+    try:
+        if len(inputs) == 1:
+            x, _ = ds.load(data)
+            got = _dims_of(np.asarray(x), inputs[0][1])
+            return None if got is None else {inputs[0][0]: got}
+        with np.load(data, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception:   # noqa: B902 - (prepare's own read says what is wrong with it)
+        return None
+    out = {}
+    for j, (name, dims) in enumerate(inputs):
+        a = next((arrays[k] for k in (name, f'x{j}') if k in arrays), None)
+        if name in opens and a is not None:
+            out[name] = _dims_of(np.asarray(a), dims)
+            if out[name] is None:
+                return None
+    left = [n for n in opens if n not in out]
+    if len(left) == 1 and 'x' in arrays and all(
+            d is not None for n, dims in inputs if n != left[0] for d in dims[1:]):
+        x = np.asarray(arrays['x'])
+        rest = sum(int(np.prod(dims[1:])) for n, dims in inputs if n != left[0])
+        per = int(np.prod(x.shape[1:])) - rest
+        out[left[0]] = _dims_of(np.zeros((1, max(per, 0)), np.float32), opens[left[0]])
+    return out if len(out) == len(opens) and all(out.values()) else None
+
+
 def dims_from_samples(model_path, data):
-    """(the .onnx ModelProto of model_path with its one input's dimensions known only at
-    run time set as data's samples have them, that input's name, its dimensions as the
-    file gives them (None where open), as set), or None: no data, not an .onnx file, no
-    such input or several, or the samples do not tell (the reader's refusal then says how
-    to fix the shape).  prepare's copy (fixed_dims_copy) and evaluate's (infer)."""
+    """(the .onnx ModelProto of model_path with its inputs' dimensions known only at run
+    time set as data's samples have them, {input name: (its dimensions as the file gives
+    them, None where open; as set)}), or None: no data, not an .onnx file, no such input,
+    or the samples do not tell (the reader's refusal then says how to fix the shape).
+    prepare's copy (fixed_dims_copy) and evaluate's (infer)."""
     from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
     if not data or not is_onnx(model_path) or not os.path.isfile(os.fspath(model_path)):
         return None
     try:
         m = _onnx().load(os.fspath(model_path))
         opens = open_inputs(m)
+        inits = {t.name for t in m.graph.initializer}
+        inputs = [(vi.name, opens.get(vi.name) or
+                   [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else None
+                    for d in vi.type.tensor_type.shape.dim])
+                  for vi in m.graph.input if vi.name not in inits]
     except Exception:   # noqa: B902 - (the reader says what is wrong with the file)
         return None
-    if len(opens) != 1:
+    if not opens:
         return None
-    (name, dims), = opens.items()
-    got = _sample_dims(data, dims)
-    return None if got is None else (with_dims(m, {name: got}), name, dims, got)
+    got = _sample_dims(data, inputs, opens)
+    if got is None:
+        return None
+    return with_dims(m, got), {n: (opens[n], got[n]) for n in opens}
 
 
 def fixed_dims_copy(model_path, out_dir, data, log=print):
@@ -616,7 +649,7 @@ def fixed_dims_copy(model_path, out_dir, data, log=print):
     fixed = dims_from_samples(model_path, data)
     if fixed is None:
         return model_path, None
-    m, name, dims, got = fixed
+    m, each = fixed
     os.makedirs(out_dir, exist_ok=True)
     dst = os.path.join(out_dir, FIXED_DIMS)
     if os.path.exists(dst) and os.path.samefile(dst, model_path):
@@ -624,13 +657,15 @@ def fixed_dims_copy(model_path, out_dir, data, log=print):
                            'dimensions; prepare into another folder')
     from ..formats.ir import atomic_write
     atomic_write(dst, m.SerializeToString())
-    open_ = [j for j, d in enumerate(dims) if j and d is None]
-    log(f'{model_path}: input {name!r} has dimension{"s" * (len(open_) > 1)} '
-        f'{", ".join(map(str, open_))} known only at run time; it trains at '
-        f'{", ".join(str(got[j]) for j in open_)}, as the samples of {data} have '
-        f'{"them" if len(open_) > 1 else "it"} ({got}: {FIXED_DIMS} in the run folder); '
-        'export writes the trained weights into the file as it is')
-    return dst, {'model': os.path.abspath(model_path), 'copy': FIXED_DIMS, 'dims': {name: got}}
+    for name, (dims, got) in each.items():
+        open_ = [j for j, d in enumerate(dims) if j and d is None]
+        log(f'{model_path}: input {name!r} has dimension{"s" * (len(open_) > 1)} '
+            f'{", ".join(map(str, open_))} known only at run time; it trains at '
+            f'{", ".join(str(got[j]) for j in open_)}, as the samples of {data} have '
+            f'{"them" if len(open_) > 1 else "it"} ({got}: {FIXED_DIMS} in the run folder); '
+            'export writes the trained weights into the file as it is')
+    return dst, {'model': os.path.abspath(model_path), 'copy': FIXED_DIMS,
+                 'dims': {n: got for n, (_, got) in each.items()}}
 
 
 def unbatched(model_path, out_dir, log=print):

@@ -1548,6 +1548,53 @@ def test_open_length_is_set_from_the_samples(tmp_path):
     assert after['mae'] < before['mae']
 
 
+def test_open_lengths_of_several_inputs_are_set_from_their_arrays(tmp_path):
+    """Issue 28 (open dimensions came from data for a model of one input only): a
+    two-input model (a sequence of a run-time length and a fixed feature vector, joined
+    after a global pool), given an .npz array per input, trains a copy at the samples'
+    length and says so; an .npz with x0/x1 names sets it too; the export keeps the length
+    open (ONNX Runtime runs it at another); evaluate scores the original on the data."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(1)
+    w1 = (0.4 * r.standard_normal((4, 2, 3))).astype(np.float32)
+    fc = (0.3 * r.standard_normal((7, 1))).astype(np.float32)
+    nodes = [helper.make_node('Conv', ['seq', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
+             helper.make_node('Relu', ['h'], ['a']),
+             helper.make_node('GlobalAveragePool', ['a'], ['p']),
+             helper.make_node('Flatten', ['p'], ['f']),
+             helper.make_node('Concat', ['f', 'vec'], ['c'], axis=1),
+             helper.make_node('MatMul', ['c', 'fc'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('seq', T.FLOAT, ['n', 2, 'time']),
+                                       helper.make_tensor_value_info('vec', T.FLOAT, ['n', 3])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, ['n', 1])],
+                          [numpy_helper.from_array(w1, 'w1'), numpy_helper.from_array(fc, 'fc')])
+    p = os.fspath(tmp_path / 'two.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    seq = r.standard_normal((24, 2, 10)).astype(np.float32)
+    vec = r.standard_normal((24, 3)).astype(np.float32)
+    ys = (seq.mean((1, 2)) + 0.5 * vec[:, :1].ravel())[:, None].astype(np.float32)
+    np.savez(tmp_path / 'd.npz', seq=seq, vec=vec, y=ys)
+    np.savez(tmp_path / 'd01.npz', x0=seq, x1=vec, y=ys)
+    for data in ('d01.npz', 'd.npz'):
+        d, said = os.fspath(tmp_path / ('run' + data)), []
+        prepare(p, d, data=os.fspath(tmp_path / data), loss='mse', optimizer='adam', lr=0.01,
+                epochs=3, log=said.append)
+        assert any("input 'seq' has dimension 2 known only at run time; it trains at 10" in m
+                   for m in said), said
+        assert not any("input 'vec'" in m for m in said), said
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert onnx.load(out).graph.input[0].type.tensor_type.shape.dim[2].dim_param == 'time'
+    ort.InferenceSession(out, providers=['CPUExecutionProvider']).run(
+        None, {'seq': seq[:2, :, :7], 'vec': vec[:2]})
+    before = evaluate(p, os.fspath(tmp_path / 'd.npz'))
+    after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert after['mae'] < before['mae']
+
+
 def test_tied_conv_weight_keeps_its_batchnorms_apart(tmp_path):
     """One conv initializer two Conv nodes read (the same layer applied twice), each
     followed by a BatchNormalization of its own, frozen (--train last:1): a tied weight is
