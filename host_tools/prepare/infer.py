@@ -15,6 +15,7 @@ predictor(path) returns a function from samples (one per row of the first axis, 
 as the model's input) to outputs (float64, one row per sample)."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -150,35 +151,46 @@ def _tflm(path):
     return _tflm_named(runtime.Interpreter.from_file, os.fspath(path))
 
 
+@contextlib.contextmanager
+def _c_stderr():
+    """A context whose process-level stderr (file descriptor 2, where the runtimes' C++
+    code prints) goes to a list it gives, read as lines at the context's end: a runtime
+    tried first and given up on (ONERT's 'Error during model prepare : Mean: unsupported
+    data type', before TFLite Micro scored the model) says nothing to the user then."""
+    import tempfile
+    said = []
+    with tempfile.TemporaryFile() as err:
+        fd = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+            err.seek(0)
+            said.extend(err.read().decode(errors='replace').splitlines())
+
+
 def _tflm_named(fn, *a):
     """fn(*a), which calls TFLite Micro; where that fails, an InferError naming the op
     TFLite Micro's log names (on the process's stderr only, read here): an op it has no
     kernel for (GELU), or the node whose kernel failed (an int8 SQRT, and why)."""
     import re
-    import tempfile
-    with tempfile.TemporaryFile() as err:
-        fd = os.dup(2)
-        os.dup2(err.fileno(), 2)
-        try:
+    try:
+        with _c_stderr() as said:
             return fn(*a)
-        except RuntimeError as e:
-            os.dup2(fd, 2)
-            err.seek(0)
-            said = err.read().decode(errors='replace').splitlines()
-            ops = sorted({m.group(1) for v in said for m in [re.search(
-                r"find op for builtin opcode '(\w+)'", v)] if m})
-            if ops:
-                raise InferError(f'TFLite Micro has no kernel for {", ".join(ops)} ({e})') from None
-            for i, v in enumerate(said):
-                m = re.search(r'Node (\w+) \(number (\d+)\) failed to (\w+)', v)
-                if m:
-                    why = f': {said[i - 1].strip()}' if i else ''
-                    raise InferError(f"TFLite Micro's {m.group(1)} kernel failed to "
-                                     f'{m.group(3)}{why}') from None
-            raise
-        finally:
-            os.dup2(fd, 2)
-            os.close(fd)
+    except RuntimeError as e:
+        ops = sorted({m.group(1) for v in said for m in [re.search(
+            r"find op for builtin opcode '(\w+)'", v)] if m})
+        if ops:
+            raise InferError(f'TFLite Micro has no kernel for {", ".join(ops)} ({e})') from None
+        for i, v in enumerate(said):
+            m = re.search(r'Node (\w+) \(number (\d+)\) failed to (\w+)', v)
+            if m:
+                why = f': {said[i - 1].strip()}' if i else ''
+                raise InferError(f"TFLite Micro's {m.group(1)} kernel failed to "
+                                 f'{m.group(3)}{why}') from None
+        raise
 
 
 def _as_input(t, v):
@@ -322,9 +334,13 @@ def predictor(path, read=None):
             why = f'TFLite Micro cannot run it: {_first_line(e)}'
             return _rewritten_predictor(path, g, InferError(f'{path}: {why}'), True, why)
     try:
-        run = onert_predictor(path, g)
-        run(probe)
+        with _c_stderr() as said:   # (ONERT's own print of why it fails: in e, not on stderr)
+            run = onert_predictor(path, g)
+            run(probe)
     except InferError as e:
+        why = next((v.strip() for v in said if v.strip()), '')
+        if why and why not in str(e):
+            e = InferError(f'{e}: {why}')
         if g.identifier != b'TFL3':
             return _last_resort(path, g, e, probe)
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
@@ -400,8 +416,9 @@ def _rewritten_predictor(path, g, why, dequantized=False, reason=None):
     try:
         h = select_rewrite(g, 'none')[0]
         keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
-        run = onert_predictor(save_graph(h, os.path.join(keep.name, 'model.circle')), h)
-        run(np.zeros([1] + [int(d) for d in h.tensors[h.inputs[0]].shape[1:]], np.float32))
+        with _c_stderr():
+            run = onert_predictor(save_graph(h, os.path.join(keep.name, 'model.circle')), h)
+            run(np.zeros([1] + [int(d) for d in h.tensors[h.inputs[0]].shape[1:]], np.float32))
     except Exception:       # noqa: B902 - the file's own reason stands
         raise why from None
     run.keep = keep
