@@ -1503,6 +1503,85 @@ def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
         read_model(p)
 
 
+def _skl_mlp_classifier(path, W1, b1, W2, b2):
+    """An .onnx as skl2onnx 1.18 writes scikit-learn's MLPClassifier (the graph of two
+    GitHub files): float_input [None, F] -> MatMul/Add/Relu -> MatMul/Add -> Softmax, then
+    output_label (ArgMax -> ArrayFeatureExtractor of the class labels -> Cast) and
+    output_probability (ZipMap: a sequence of {class: probability} maps)."""
+    from onnx import TensorProto as T, helper, numpy_helper as nh
+    C = W2.shape[1]
+    inits = [nh.from_array(a, n) for a, n in ((W1, 'coefficient'), (b1, 'intercepts'),
+                                             (W2, 'coefficient1'), (b2, 'intercepts1'))]
+    inits += [nh.from_array(np.arange(C, dtype=np.int64), 'classes'),
+              nh.from_array(np.array([-1], np.int64), 'shape_tensor')]
+    nodes = [helper.make_node('Cast', ['float_input'], ['cast_input'], to=1),
+             helper.make_node('MatMul', ['cast_input', 'coefficient'], ['mul_result']),
+             helper.make_node('Add', ['mul_result', 'intercepts'], ['add_result']),
+             helper.make_node('Relu', ['add_result'], ['next_activations']),
+             helper.make_node('MatMul', ['next_activations', 'coefficient1'], ['mul_result1']),
+             helper.make_node('Add', ['mul_result1', 'intercepts1'], ['add_result1']),
+             helper.make_node('Softmax', ['add_result1'], ['probabilities'], axis=1),
+             helper.make_node('ArgMax', ['probabilities'], ['argmax_output'], axis=1),
+             helper.make_node('ZipMap', ['probabilities'], ['output_probability'],
+                              domain='ai.onnx.ml', classlabels_int64s=list(range(C))),
+             helper.make_node('ArrayFeatureExtractor', ['classes', 'argmax_output'],
+                              ['array_feature_extractor_result'], domain='ai.onnx.ml'),
+             helper.make_node('Reshape', ['array_feature_extractor_result', 'shape_tensor'],
+                              ['reshaped_result']),
+             helper.make_node('Cast', ['reshaped_result'], ['output_label'], to=7)]
+    vi = helper.make_tensor_value_info
+    prob = helper.make_value_info('output_probability', helper.make_sequence_type_proto(
+        helper.make_map_type_proto(T.INT64, helper.make_tensor_type_proto(T.FLOAT, None))))
+    g = helper.make_graph(nodes, 'mlp', [vi('float_input', T.FLOAT, [None, W1.shape[0]])],
+                          [vi('output_label', T.INT64, [None]), prob], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 14),
+                                                  helper.make_opsetid('ai.onnx.ml', 1)]), path)
+
+
+def test_sklearn_mlp_classifier_through_skl2onnx_trains_its_probabilities(tmp_path):
+    """Two GitHub MLPClassifier files converted by skl2onnx (its defaults: a label through
+    ArgMax and the probabilities through ZipMap, both of the ai.onnx.ml domain) were refused
+    at the ArgMax, though the refusal of ai.onnx.ml models itself tells the user to give
+    utrain an MLPClassifier converted so.  ZipMap wraps the probabilities it reads in
+    {class: p} maps: that tensor is the output trained (the label is left out, said);
+    export writes the weights back with both outputs as they were, and evaluate scores the
+    probabilities, which ONNX Runtime makes (an output of a copy: ORT had refused the
+    name, 'Invalid output name')."""
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(1)
+    W1, b1 = r.standard_normal((6, 8)).astype(np.float32) * 0.5, np.zeros(8, np.float32)
+    W2, b2 = r.standard_normal((8, 3)).astype(np.float32) * 0.5, np.zeros(3, np.float32)
+    p = os.fspath(tmp_path / 'mlp.onnx')
+    _skl_mlp_classifier(p, W1, b1, W2, b2)
+    g = read_model(p)
+    assert [g.tensors[k].name for k in g.outputs] == ['probabilities']
+    assert [n for n, _ in g.onnx_dropped] == ['output_label']
+    xs = r.standard_normal((48, 6)).astype(np.float32)
+    y = np.argmax(xs[:, :3] - xs[:, 3:], 1)
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    e0 = evaluate(p, os.fspath(tmp_path / 'd.npz'))
+    sess = ort.InferenceSession(p, providers=['CPUExecutionProvider'])
+    maps = sess.run(['output_probability'], {'float_input': xs})[0]
+    ref = np.array([[m[c] for c in range(3)] for m in maps])
+    assert e0['output'] == 'probabilities' and e0['accuracy'] == np.mean(ref.argmax(1) == y)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=3)
+    assert sorted(s['trainable']) == ['coefficient', 'coefficient1', 'intercepts', 'intercepts1']
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    assert [o.name for o in sess.get_outputs()] == ['output_label', 'output_probability']
+    lab, maps = sess.run(None, {'float_input': xs})
+    probs = np.array([[m[c] for c in range(3)] for m in maps])
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - probs).max() < 1e-5
+    assert np.array_equal(lab, probs.argmax(1))
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert e['output'] == 'probabilities' and e['accuracy'] == np.mean(probs.argmax(1) == y)
+    assert e['accuracy'] > e0['accuracy']
+
+
 def test_open_length_is_set_from_the_samples(tmp_path):
     """A GitHub PyTorch Conv1d seq2point model exported with dynamic_axes on its length
     (input [batch, 1, 'time']) was refused: utrain trains a fixed shape.  With --data,
