@@ -1503,27 +1503,36 @@ def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
         read_model(p)
 
 
-def _skl_mlp_classifier(path, W1, b1, W2, b2):
+def _skl_mlp_classifier(path, W1, b1, W2, b2, zipmap=True):
     """An .onnx as skl2onnx 1.18 writes scikit-learn's MLPClassifier (the graph of two
-    GitHub files): float_input [None, F] -> MatMul/Add/Relu -> MatMul/Add -> Softmax, then
-    output_label (ArgMax -> ArrayFeatureExtractor of the class labels -> Cast) and
-    output_probability (ZipMap: a sequence of {class: probability} maps)."""
+    GitHub files): float_input [None, F] -> MatMul/Add/Relu -> MatMul/Add -> Softmax (of
+    two classes: Sigmoid, then Concat(1 - p, p)), then output_label (ArgMax ->
+    ArrayFeatureExtractor of the class labels -> Cast) and output_probability (ZipMap: a
+    sequence of {class: probability} maps; zipmap=False: the probabilities)."""
     from onnx import TensorProto as T, helper, numpy_helper as nh
-    C = W2.shape[1]
+    C = max(2, W2.shape[1])
     inits = [nh.from_array(a, n) for a, n in ((W1, 'coefficient'), (b1, 'intercepts'),
                                              (W2, 'coefficient1'), (b2, 'intercepts1'))]
     inits += [nh.from_array(np.arange(C, dtype=np.int64), 'classes'),
-              nh.from_array(np.array([-1], np.int64), 'shape_tensor')]
+              nh.from_array(np.array([-1], np.int64), 'shape_tensor'),
+              nh.from_array(np.array(1, np.float32), 'unity')]
     nodes = [helper.make_node('Cast', ['float_input'], ['cast_input'], to=1),
              helper.make_node('MatMul', ['cast_input', 'coefficient'], ['mul_result']),
              helper.make_node('Add', ['mul_result', 'intercepts'], ['add_result']),
              helper.make_node('Relu', ['add_result'], ['next_activations']),
              helper.make_node('MatMul', ['next_activations', 'coefficient1'], ['mul_result1']),
              helper.make_node('Add', ['mul_result1', 'intercepts1'], ['add_result1']),
-             helper.make_node('Softmax', ['add_result1'], ['probabilities'], axis=1),
+             *([helper.make_node('Softmax', ['add_result1'], ['probabilities'], axis=1)]
+               if W2.shape[1] > 1 else
+               [helper.make_node('Sigmoid', ['add_result1'], ['out_activations_result']),
+                helper.make_node('Sub', ['unity', 'out_activations_result'],
+                                 ['negative_class_proba']),
+                helper.make_node('Concat', ['negative_class_proba', 'out_activations_result'],
+                                 ['probabilities'], axis=1)]),
              helper.make_node('ArgMax', ['probabilities'], ['argmax_output'], axis=1),
-             helper.make_node('ZipMap', ['probabilities'], ['output_probability'],
-                              domain='ai.onnx.ml', classlabels_int64s=list(range(C))),
+             *([helper.make_node('ZipMap', ['probabilities'], ['output_probability'],
+                                 domain='ai.onnx.ml', classlabels_int64s=list(range(C)))]
+               if zipmap else []),
              helper.make_node('ArrayFeatureExtractor', ['classes', 'argmax_output'],
                               ['array_feature_extractor_result'], domain='ai.onnx.ml'),
              helper.make_node('Reshape', ['array_feature_extractor_result', 'shape_tensor'],
@@ -1532,6 +1541,8 @@ def _skl_mlp_classifier(path, W1, b1, W2, b2):
     vi = helper.make_tensor_value_info
     prob = helper.make_value_info('output_probability', helper.make_sequence_type_proto(
         helper.make_map_type_proto(T.INT64, helper.make_tensor_type_proto(T.FLOAT, None))))
+    if not zipmap:
+        prob = vi('probabilities', T.FLOAT, [None, C])
     g = helper.make_graph(nodes, 'mlp', [vi('float_input', T.FLOAT, [None, W1.shape[0]])],
                           [vi('output_label', T.INT64, [None]), prob], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 14),
@@ -1580,6 +1591,47 @@ def test_sklearn_mlp_classifier_through_skl2onnx_trains_its_probabilities(tmp_pa
     e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
     assert e['output'] == 'probabilities' and e['accuracy'] == np.mean(probs.argmax(1) == y)
     assert e['accuracy'] > e0['accuracy']
+
+
+def test_two_class_sigmoid_head_trains_its_probability_with_bce(tmp_path):
+    """skl2onnx writes a binary MLPClassifier (a GitHub stroke predictor) as Sigmoid ->
+    Concat(1 - p, p).  That output had trained as logits (the CONCATENATION is no SOFTMAX):
+    softmax(1 - p, p) never passes 0.73, its loss pushed every sample on (the reported loss
+    was not the model's).  Now p trains with bce (fused: p - t at the sigmoid's input),
+    export writes the file whole (its ArgMax label agrees with p > 0.5), and evaluate
+    scores p's binary cross-entropy under ONNX Runtime."""
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(2)
+    W1, b1 = r.standard_normal((6, 8)).astype(np.float32) * 0.5, np.zeros(8, np.float32)
+    W2, b2 = r.standard_normal((8, 1)).astype(np.float32) * 0.5, np.zeros(1, np.float32)
+    p = os.fspath(tmp_path / 'bin.onnx')
+    _skl_mlp_classifier(p, W1, b1, W2, b2, zipmap=False)
+    g = read_model(p)
+    assert [g.tensors[k].name for k in g.outputs] == ['out_activations_result']
+    assert [o.name for o in g.ops][-1] == 'LOGISTIC'
+    xs = r.standard_normal((48, 6)).astype(np.float32)
+    y = (xs[:, 0] - xs[:, 1] > 0).astype(np.int64)
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    d, said = os.fspath(tmp_path / 'run'), []
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=3,
+            log=said.append)
+    cfg = json.load(open(os.path.join(d, 'train.json')))
+    assert cfg['loss'] == 'bce' and not cfg['from_logits'], cfg
+    assert any('(1 - p, p)' in m and 'bce' in m for m in said), said
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    lab, probs = sess.run(None, {'float_input': xs})
+    pu = utrain_run(d, xs, 'trained.wof')[:, 0]
+    assert np.abs(probs[:, 1] - pu).max() < 1e-5 and np.abs(probs[:, 0] - (1 - pu)).max() < 1e-5
+    assert np.array_equal(lab, (pu > 0.5).astype(np.int64))
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    pc = np.clip(pu, 1e-7, 1 - 1e-7)
+    assert e['accuracy'] == np.mean((pu > 0.5) == y) > 0.8, e
+    bce = -np.mean(y * np.log(pc) + (1 - y) * np.log(1 - pc))
+    assert e['loss_name'] == 'binary cross-entropy' and abs(e['loss'] - bce) < 1e-3, (e, bce)
 
 
 def test_open_length_is_set_from_the_samples(tmp_path):
