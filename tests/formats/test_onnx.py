@@ -1508,11 +1508,12 @@ def _skl_mlp_classifier(path, W1, b1, W2, b2, zipmap=True):
     GitHub files): float_input [None, F] -> MatMul/Add/Relu -> MatMul/Add -> Softmax (of
     two classes: Sigmoid, then Concat(1 - p, p)), then output_label (ArgMax ->
     ArrayFeatureExtractor of the class labels -> Cast) and output_probability (ZipMap: a
-    sequence of {class: probability} maps; zipmap=False: the probabilities)."""
+    sequence of {class: probability} maps; zipmap=False: the probabilities).  The
+    intercepts are [1, N], as skl2onnx writes them."""
     from onnx import TensorProto as T, helper, numpy_helper as nh
     C = max(2, W2.shape[1])
-    inits = [nh.from_array(a, n) for a, n in ((W1, 'coefficient'), (b1, 'intercepts'),
-                                             (W2, 'coefficient1'), (b2, 'intercepts1'))]
+    inits = [nh.from_array(a, n) for a, n in ((W1, 'coefficient'), (b1[None], 'intercepts'),
+                                             (W2, 'coefficient1'), (b2[None], 'intercepts1'))]
     inits += [nh.from_array(np.arange(C, dtype=np.int64), 'classes'),
               nh.from_array(np.array([-1], np.int64), 'shape_tensor'),
               nh.from_array(np.array(1, np.float32), 'unity')]
@@ -1598,7 +1599,8 @@ def test_two_class_sigmoid_head_trains_its_probability_with_bce(tmp_path):
     Concat(1 - p, p).  That output had trained as logits (the CONCATENATION is no SOFTMAX):
     softmax(1 - p, p) never passes 0.73, its loss pushed every sample on (the reported loss
     was not the model's).  Now p trains with bce (fused: p - t at the sigmoid's input),
-    export writes the file whole (its ArgMax label agrees with p > 0.5), and evaluate
+    the output layer's intercept too (an Add of one value, which had stayed frozen as a
+    scalar), export writes the file whole (its ArgMax label agrees with p > 0.5), and evaluate
     scores p's binary cross-entropy under ONNX Runtime."""
     from host_tools.prepare.infer import evaluate
     r = np.random.default_rng(2)
@@ -1613,10 +1615,14 @@ def test_two_class_sigmoid_head_trains_its_probability_with_bce(tmp_path):
     y = (xs[:, 0] - xs[:, 1] > 0).astype(np.int64)
     np.savez(tmp_path / 'd.npz', x=xs, y=y)
     d, said = os.fspath(tmp_path / 'run'), []
-    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=3,
-            log=said.append)
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=3,
+                log=said.append)
     cfg = json.load(open(os.path.join(d, 'train.json')))
     assert cfg['loss'] == 'bce' and not cfg['from_logits'], cfg
+    # (the one-unit output layer's intercept, an Add of one value after the MatMul, trains:
+    # it had stayed frozen as a scalar)
+    assert sorted(s['trainable']) == ['coefficient', 'coefficient1', 'intercepts',
+                                      'intercepts1'], s['trainable']
     assert any('(1 - p, p)' in m and 'bce' in m for m in said), said
     code, out = run(d, python=True, stream=False)
     assert code == 0, out
