@@ -41,7 +41,8 @@ import numpy as np
 from circle_schema.v0_10 import circle as C
 
 from .ir import (OP_CODES, OP_NAMES, Graph, ModelError, Operator, Tensor, _enum_names,
-                 atomic_write, check_path, drop_final_log_softmax)
+                 atomic_write, check_path, drop_final_log_softmax,
+                 drop_two_class_sigmoid)
 
 __all__ = [
     "ModelError", "Tensor", "Operator", "Graph", "read_model", "write_with_weights",
@@ -509,6 +510,7 @@ def read_model(path) -> Graph:
     if is_onnx(path):
         g = read_onnx(path)
         drop_final_log_softmax(g)
+        drop_two_class_sigmoid(g)
         return g
     try:
         st = os.stat(path)
@@ -522,6 +524,7 @@ def read_model(path) -> Graph:
     g = _graph_from(path, raw, model)
     _quantize_shapes(g)
     drop_final_log_softmax(g)
+    drop_two_class_sigmoid(g)
     if key is not None:
         if len(_READ) >= 4:
             _READ.pop(next(iter(_READ)))

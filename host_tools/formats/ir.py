@@ -136,6 +136,42 @@ def drop_final_log_softmax(g):
     g.log_softmax = op.number
 
 
+def drop_two_class_sigmoid(g):
+    """A model whose output is CONCATENATION(1 - p, p) of p = LOGISTIC(z) [1, 1] (a binary
+    scikit-learn MLPClassifier through skl2onnx: its 'probabilities') trains p, P(class
+    1), with bce on z, as a model ending in the sigmoid does: read as logits, softmax(1 - p,
+    p) never passes 0.73 and its loss pushes every sample's p on to 0 or 1, where the
+    sigmoid's gradient dies.  Removes the SUB and the CONCATENATION from graph g (the file
+    keeps them: export writes the trained weights back into it; evaluate scores p) and
+    records the concatenation's number in g.two_class."""
+    if len(g.outputs) != 1 or not g.ops:
+        return
+    cat = g.ops[-1]
+    if cat.name != 'CONCATENATION' or cat.outputs != g.outputs or len(cat.inputs) != 2:
+        return
+    a, p = cat.inputs
+    made = {k: o for o in g.ops for k in o.outputs}
+    sub, sig = made.get(a), made.get(p)
+    if sub is None or sig is None or sub.name != 'SUB' or sig.name != 'LOGISTIC' or \
+            len(sub.inputs) != 2 or sub.inputs[1] != p or \
+            sub.options.get('fused_activation_function', 'NONE') != 'NONE' or \
+            cat.options.get('fused_activation_function', 'NONE') != 'NONE':
+        return
+    one, tp = g.tensors[sub.inputs[0]], g.tensors[p]
+    if one.data is None or np.size(one.data) != 1 or float(np.ravel(one.data)[0]) != 1.0 or \
+            int(np.prod(tp.shape)) != 1 or tp.dtype != 'float32' or \
+            sum(a in o.inputs for o in g.ops) != 1:
+        return
+    for o in g.ops:
+        if o.src is None:
+            o.src = o.index
+    g.ops = [o for o in g.ops if o is not sub and o is not cat]
+    for i, o in enumerate(g.ops):
+        o.index = i
+    g.outputs = [p]
+    g.two_class = cat.number
+
+
 def device(path) -> str | None:
     """What path is when it is a device (/dev/zero, a terminal), not a file or a pipe:
     read to its end, /dev/zero had filled the memory (a MemoryError's traceback) and a

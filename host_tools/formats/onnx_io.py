@@ -541,6 +541,11 @@ class _Reader(RecurrentOps):
         t = node.op_type
         a = _attrs(node)
         ins = list(node.input)
+        if node.domain == 'ai.onnx.ml' and t == 'ZipMap':
+            # (skl2onnx's MLPClassifier: its probabilities as {class: p} maps; the tensor
+            # it reads is the output trained, export keeps the ZipMap, evaluate scores that)
+            self.alias(node.output[0], ins[0])
+            return
         if node.domain == 'ai.onnx.ml':
             self.err(f'operator domain \'ai.onnx.ml\' is not supported: {t} is a classical '
                      'machine-learning model\'s (scikit-learn through skl2onnx: trees, '

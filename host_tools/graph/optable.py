@@ -573,10 +573,24 @@ def _elem_roles(op, g):
     if len(const) != 1 or op.name not in ('ADD', 'SUB', 'MUL', 'BATCH_MATMUL'):
         return {}
     t = g.tensors[op.inputs[const[0]]]
-    if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g) or \
-            t.frozen:       # (a clip's bound: spellings.elementwise_forms)
+    if t.dtype != 'float32' or t.data.size < 2 and not _one_unit_bias(op, g, const[0]) or \
+            normalization(op, g) or t.frozen:       # (a clip's bound: spellings.elementwise_forms)
         return {}
     return {const[0]: 'weight' if op.name in ('MUL', 'DIV', 'BATCH_MATMUL') else 'bias'}
+
+
+def _one_unit_bias(op, g, c) -> bool:
+    """Is op's one-element constant c the bias of a one-unit layer: an ADD right after a
+    FULLY_CONNECTED without a bias of its own and of one output (an ONNX MatMul + Add: the
+    output layer of scikit-learn's MLPRegressor or binary MLPClassifier through skl2onnx,
+    whose intercept had stayed frozen as a scalar)?"""
+    if op.name != 'ADD':
+        return False
+    x = op.inputs[1 - c]
+    fc = next((o for o in g.ops if x in o.outputs), None)
+    return fc is not None and fc.name == 'FULLY_CONNECTED' and \
+        (len(fc.inputs) < 3 or fc.inputs[2] < 0) and \
+        int(g.tensors[x].shape[-1] if g.tensors[x].shape else 0) == 1
 
 
 def _const_operand(op, g) -> int:

@@ -555,6 +555,13 @@ def several_predictor(path, g):
         onnx_predictor(path)            # (ONNX Runtime installed and loads it)
         import onnxruntime as ort
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
+        if k.name not in {o.name for o in sess.get_outputs()}:
+            # (the tensor a ZipMap output of skl2onnx's MLPClassifier wraps in {class: p}
+            # maps: made an output of a copy ORT runs)
+            import onnx
+            m = onnx.load(os.fspath(path))
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(k.name))
+            sess = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])
         # (an input only outputs the reader left out read, a Godot RL policy's state_ins:
         # zeros of its type, a sample's shape)
         zeros = {x.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in x.shape],

@@ -186,6 +186,9 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     idx = order[:p] if own else order[:p + h]
     tmp = tempfile.mkdtemp(prefix='utrain-lrprobe-')
     ds = None
+    # (a pass that overflows is a result here, not numpy's RuntimeWarnings to print)
+    quiet = np.errstate(all='ignore')
+    quiet.__enter__()
     try:
         make, ds = _trainer(out_dir, cfg, cache or files.get('prefix'), idx, tmp)
         train = list(range(p))
@@ -214,12 +217,23 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
                     or STILL * start <= least and tried[-1][1] <= start / STILL):
                 break
     finally:
+        quiet.__exit__(None, None, None)
         if ds is not None:
             ds.close()
         shutil.rmtree(tmp, ignore_errors=True)
     least = min(l for _, l in tried)
     if least == float('inf'):
-        return None     # (every lr tried diverged: the run's own on_nan halves it)
+        # (every lr tried diverged: the run's on_nan halving, three times from the lr,
+        # cannot reach one that trains; a GitHub LSTM with ReLU cells on samples of another
+        # scale overflowed at 0.01 to 1e-5 and the run stopped saying to lower the lr)
+        log(f'{model_path}: warning: the lr probe found no lr that trains: one pass of {p} '
+            f'samples diverged (overflowed to inf or NaN) at every lr tried, '
+            f'{tried[0][0]:g} down to {tried[-1][0]:g}, from a held loss of {start:.3g} '
+            'with the weights as given; the run will stop the same way.  Check that the '
+            'samples are what the model was made for (their units and scale: the '
+            'normalisation the model was trained with, applied to x), and the model\'s '
+            'weights; --lr sets an lr to try (lower than those)')
+        return None
     # (going down, a classifier's loss at the uniform guess, ln C, from a start that was
     # not, is a collapse, not a loss to keep within 1/CLEARLY of the least: a GitHub-like
     # CNN on samples at 50x its scale fell to ln 4 at 0.01-0.00032 and learned at 0.0001)

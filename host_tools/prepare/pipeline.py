@@ -446,7 +446,11 @@ def dropped_outputs(model_path, g) -> list:
             for name, why in getattr(g, 'onnx_dropped', ())] + [
         f'{model_path}: input {name!r} is read only by outputs left out: the run takes no '
         'samples of it (evaluate gives ONNX Runtime zeros for it)'
-        for name in getattr(g, 'onnx_unread', ())]
+        for name in getattr(g, 'onnx_unread', ())] + [
+        f'{model_path}: op {n} (CONCATENATION) ends the model in the two probabilities '
+        f'(1 - p, p) of the sigmoid before it: utrain trains p, the probability of class 1 '
+        f'(bce on class numbers 0 and 1); the exported model keeps both'
+        for n in [getattr(g, 'two_class', None)] if n is not None]
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,

@@ -1503,6 +1503,143 @@ def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
         read_model(p)
 
 
+def _skl_mlp_classifier(path, W1, b1, W2, b2, zipmap=True):
+    """An .onnx as skl2onnx 1.18 writes scikit-learn's MLPClassifier (the graph of two
+    GitHub files): float_input [None, F] -> MatMul/Add/Relu -> MatMul/Add -> Softmax (of
+    two classes: Sigmoid, then Concat(1 - p, p)), then output_label (ArgMax ->
+    ArrayFeatureExtractor of the class labels -> Cast) and output_probability (ZipMap: a
+    sequence of {class: probability} maps; zipmap=False: the probabilities).  The
+    intercepts are [1, N], as skl2onnx writes them."""
+    from onnx import TensorProto as T, helper, numpy_helper as nh
+    C = max(2, W2.shape[1])
+    inits = [nh.from_array(a, n) for a, n in ((W1, 'coefficient'), (b1[None], 'intercepts'),
+                                             (W2, 'coefficient1'), (b2[None], 'intercepts1'))]
+    inits += [nh.from_array(np.arange(C, dtype=np.int64), 'classes'),
+              nh.from_array(np.array([-1], np.int64), 'shape_tensor'),
+              nh.from_array(np.array(1, np.float32), 'unity')]
+    nodes = [helper.make_node('Cast', ['float_input'], ['cast_input'], to=1),
+             helper.make_node('MatMul', ['cast_input', 'coefficient'], ['mul_result']),
+             helper.make_node('Add', ['mul_result', 'intercepts'], ['add_result']),
+             helper.make_node('Relu', ['add_result'], ['next_activations']),
+             helper.make_node('MatMul', ['next_activations', 'coefficient1'], ['mul_result1']),
+             helper.make_node('Add', ['mul_result1', 'intercepts1'], ['add_result1']),
+             *([helper.make_node('Softmax', ['add_result1'], ['probabilities'], axis=1)]
+               if W2.shape[1] > 1 else
+               [helper.make_node('Sigmoid', ['add_result1'], ['out_activations_result']),
+                helper.make_node('Sub', ['unity', 'out_activations_result'],
+                                 ['negative_class_proba']),
+                helper.make_node('Concat', ['negative_class_proba', 'out_activations_result'],
+                                 ['probabilities'], axis=1)]),
+             helper.make_node('ArgMax', ['probabilities'], ['argmax_output'], axis=1),
+             *([helper.make_node('ZipMap', ['probabilities'], ['output_probability'],
+                                 domain='ai.onnx.ml', classlabels_int64s=list(range(C)))]
+               if zipmap else []),
+             helper.make_node('ArrayFeatureExtractor', ['classes', 'argmax_output'],
+                              ['array_feature_extractor_result'], domain='ai.onnx.ml'),
+             helper.make_node('Reshape', ['array_feature_extractor_result', 'shape_tensor'],
+                              ['reshaped_result']),
+             helper.make_node('Cast', ['reshaped_result'], ['output_label'], to=7)]
+    vi = helper.make_tensor_value_info
+    prob = helper.make_value_info('output_probability', helper.make_sequence_type_proto(
+        helper.make_map_type_proto(T.INT64, helper.make_tensor_type_proto(T.FLOAT, None))))
+    if not zipmap:
+        prob = vi('probabilities', T.FLOAT, [None, C])
+    g = helper.make_graph(nodes, 'mlp', [vi('float_input', T.FLOAT, [None, W1.shape[0]])],
+                          [vi('output_label', T.INT64, [None]), prob], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 14),
+                                                  helper.make_opsetid('ai.onnx.ml', 1)]), path)
+
+
+def test_sklearn_mlp_classifier_through_skl2onnx_trains_its_probabilities(tmp_path):
+    """Two GitHub MLPClassifier files converted by skl2onnx (its defaults: a label through
+    ArgMax and the probabilities through ZipMap, both of the ai.onnx.ml domain) were refused
+    at the ArgMax, though the refusal of ai.onnx.ml models itself tells the user to give
+    utrain an MLPClassifier converted so.  ZipMap wraps the probabilities it reads in
+    {class: p} maps: that tensor is the output trained (the label is left out, said);
+    export writes the weights back with both outputs as they were, and evaluate scores the
+    probabilities, which ONNX Runtime makes (an output of a copy: ORT had refused the
+    name, 'Invalid output name')."""
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(1)
+    W1, b1 = r.standard_normal((6, 8)).astype(np.float32) * 0.5, np.zeros(8, np.float32)
+    W2, b2 = r.standard_normal((8, 3)).astype(np.float32) * 0.5, np.zeros(3, np.float32)
+    p = os.fspath(tmp_path / 'mlp.onnx')
+    _skl_mlp_classifier(p, W1, b1, W2, b2)
+    g = read_model(p)
+    assert [g.tensors[k].name for k in g.outputs] == ['probabilities']
+    assert [n for n, _ in g.onnx_dropped] == ['output_label']
+    xs = r.standard_normal((48, 6)).astype(np.float32)
+    y = np.argmax(xs[:, :3] - xs[:, 3:], 1)
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    e0 = evaluate(p, os.fspath(tmp_path / 'd.npz'))
+    sess = ort.InferenceSession(p, providers=['CPUExecutionProvider'])
+    maps = sess.run(['output_probability'], {'float_input': xs})[0]
+    ref = np.array([[m[c] for c in range(3)] for m in maps])
+    assert e0['output'] == 'probabilities' and e0['accuracy'] == np.mean(ref.argmax(1) == y)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=3)
+    assert sorted(s['trainable']) == ['coefficient', 'coefficient1', 'intercepts', 'intercepts1']
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    assert [o.name for o in sess.get_outputs()] == ['output_label', 'output_probability']
+    lab, maps = sess.run(None, {'float_input': xs})
+    probs = np.array([[m[c] for c in range(3)] for m in maps])
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - probs).max() < 1e-5
+    assert np.array_equal(lab, probs.argmax(1))
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert e['output'] == 'probabilities' and e['accuracy'] == np.mean(probs.argmax(1) == y)
+    assert e['accuracy'] > e0['accuracy']
+
+
+def test_two_class_sigmoid_head_trains_its_probability_with_bce(tmp_path):
+    """skl2onnx writes a binary MLPClassifier (a GitHub stroke predictor) as Sigmoid ->
+    Concat(1 - p, p).  That output had trained as logits (the CONCATENATION is no SOFTMAX):
+    softmax(1 - p, p) never passes 0.73, its loss pushed every sample on (the reported loss
+    was not the model's).  Now p trains with bce (fused: p - t at the sigmoid's input),
+    the output layer's intercept too (an Add of one value, which had stayed frozen as a
+    scalar), export writes the file whole (its ArgMax label agrees with p > 0.5), and evaluate
+    scores p's binary cross-entropy under ONNX Runtime."""
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(2)
+    W1, b1 = r.standard_normal((6, 8)).astype(np.float32) * 0.5, np.zeros(8, np.float32)
+    W2, b2 = r.standard_normal((8, 1)).astype(np.float32) * 0.5, np.zeros(1, np.float32)
+    p = os.fspath(tmp_path / 'bin.onnx')
+    _skl_mlp_classifier(p, W1, b1, W2, b2, zipmap=False)
+    g = read_model(p)
+    assert [g.tensors[k].name for k in g.outputs] == ['out_activations_result']
+    assert [o.name for o in g.ops][-1] == 'LOGISTIC'
+    xs = r.standard_normal((48, 6)).astype(np.float32)
+    y = (xs[:, 0] - xs[:, 1] > 0).astype(np.int64)
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    d, said = os.fspath(tmp_path / 'run'), []
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=3,
+                log=said.append)
+    cfg = json.load(open(os.path.join(d, 'train.json')))
+    assert cfg['loss'] == 'bce' and not cfg['from_logits'], cfg
+    # (the one-unit output layer's intercept, an Add of one value after the MatMul, trains:
+    # it had stayed frozen as a scalar)
+    assert sorted(s['trainable']) == ['coefficient', 'coefficient1', 'intercepts',
+                                      'intercepts1'], s['trainable']
+    assert any('(1 - p, p)' in m and 'bce' in m for m in said), said
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    lab, probs = sess.run(None, {'float_input': xs})
+    pu = utrain_run(d, xs, 'trained.wof')[:, 0]
+    assert np.abs(probs[:, 1] - pu).max() < 1e-5 and np.abs(probs[:, 0] - (1 - pu)).max() < 1e-5
+    assert np.array_equal(lab, (pu > 0.5).astype(np.int64))
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    pc = np.clip(pu, 1e-7, 1 - 1e-7)
+    assert e['accuracy'] == np.mean((pu > 0.5) == y) > 0.8, e
+    bce = -np.mean(y * np.log(pc) + (1 - y) * np.log(1 - pc))
+    assert e['loss_name'] == 'binary cross-entropy' and abs(e['loss'] - bce) < 1e-3, (e, bce)
+
+
 def test_open_length_is_set_from_the_samples(tmp_path):
     """A GitHub PyTorch Conv1d seq2point model exported with dynamic_axes on its length
     (input [batch, 1, 'time']) was refused: utrain trains a fixed shape.  With --data,
