@@ -326,7 +326,7 @@ from utrain.collect import Recorder
 from utrain.data import Dataset
 path = sys.argv[-1]
 for dt in (0, 1):
-    r = Recorder(path + str(dt), 3, 1, dtype=dt, scale=1 / 255)
+    r = Recorder(path + str(dt), 3, 1, dtype=dt, scale=1 / 255 if dt else 1.0)
     r.add([0.1, 0.2, 0.3], 1)
     for x, y in (([float('nan'), 0, 0], 0), ([0, float('inf'), 0], 0), ([0, 0, 0], float('nan')),
                  ([0, 0, 0], 'cat'), ([0, 0, 0], None)):
