@@ -168,14 +168,17 @@ def test_dataset_writes_neither_over_its_input_nor_into_a_folder_in_use(files, r
     before = {n: (run / n).read_bytes() for n in ('train.ds', 'test.ds')}
     code, err = says(['dataset', run / 'train.ds', '-o', run])
     assert code == 2 and 'dataset writes train.ds in' in err and 'which is this input' in err, err
-    fd = os.open(run, os.O_RDONLY)          # a run holding the folder
+    held = run.parent / 'held'              # (a run folder itself is refused as one:
+    held.mkdir(exist_ok=True)               # test_hostile_round27)
+    fd = os.open(held, os.O_RDONLY)         # a run holding the folder
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        r = subprocess.run([sys.executable, '-m', 'host_tools', 'dataset', data, '-o', str(run)],
+        r = subprocess.run([sys.executable, '-m', 'host_tools', 'dataset', data, '-o', str(held)],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     finally:
         os.close(fd)
     assert r.returncode == 2 and 'is using this folder; wait for it' in r.stderr, r.stderr
+    assert not (held / 'train.ds').exists()
     assert {n: (run / n).read_bytes() for n in before} == before
 
 
