@@ -260,6 +260,17 @@ def check_values(path: str, x, y) -> None:
                                f'samples hold values beyond ±{FLOAT32_MAX:.4g}), more than float32 '
                                'holds (the board stores it as Inf): scale the data into range, '
                                'or drop those samples')
+        sums = np.abs(rows).sum(axis=1, dtype=np.float64)
+        big = sums > FLOAT32_MAX
+        if big.any():
+            # (each value float32 holds, their sum not: the board checks a sample by its
+            # sum, and had refused train.ds as 'holds NaN or Inf', a folder prepare wrote)
+            k = int(np.argmax(big))
+            raise PrepareError(f'{path}: {name} of sample {k} sums to {sums[k]:.4g} in magnitude '
+                               f'({int(big.sum())} samples do), beyond ±{FLOAT32_MAX:.4g}, '
+                               'what float32 holds: a board adds a sample\'s values up (its '
+                               'check, its first layer) and gets Inf; scale the data down, or '
+                               'drop those samples')
 
 
 # ------------------------------------------------------------------ graphs
