@@ -1085,7 +1085,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         summary['chose'] = chose
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype,
                               *((1.0, 0.0) if stored else ()),
-                              out_shape=g.tensors[g.outputs[0]].shape))
+                              out_shape=g.tensors[g.outputs[0]].shape, where=data))
     if stored:
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))

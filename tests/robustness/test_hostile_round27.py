@@ -218,3 +218,64 @@ def test_resuming_under_the_same_optimizer_with_other_rates_goes_on(trained, tmp
     _edit(d, lr=0.02)
     code, log = runner.run(os.fspath(d), python=True, stream=False)
     assert code == 0 and 'resumed from checkpoint.ckpt at epoch 1' in log, log
+
+
+# ------------------------------------------------------------------ h63b's own round
+def test_dataset_does_not_replace_a_run_folders_samples(files, tmp_path):
+    """`dataset new.npz -o RUN` (or -o a link to it) wrote its train.ds and test.ds over the
+    ones RUN was prepared on, unsaid: of another width the run then called its own
+    folder damaged, and without the input scaling prepare folds into them."""
+    from test_refusals import says
+    d, model, data = files
+    run = tmp_path / 'run'
+    prepare(model, os.fspath(run), data=data, loss='scce', lr=0.05, epochs=1, test_split=0.25,
+            log=lambda *a: None)
+    before = {n: (run / n).read_bytes() for n in ('train.ds', 'test.ds')}
+    np.savez(tmp_path / 'x4.npz', x=np.zeros((10, 4)), y=np.arange(10) % 3)
+    os.symlink(run, tmp_path / 'link')
+    for out in (run, tmp_path / 'link'):
+        code, err = says(['dataset', tmp_path / 'x4.npz', '-o', out])
+        assert code == 2 and 'a run folder (prepare wrote it): its train.ds and test.ds are ' \
+            'the samples its model was prepared on' in err and 'prepare it again' in err, err
+    assert {n: (run / n).read_bytes() for n in before} == before
+
+
+def test_samples_whose_sum_float32_cannot_hold_are_refused(files, tmp_path):
+    """Values float32 holds (3.4e38) whose sum it does not: prepare wrote them, and the
+    board refused its train.ds as 'holds NaN or Inf', telling to prepare the folder again."""
+    from test_refusals import says
+    d, model, _ = files
+    np.savez(tmp_path / 'max.npz', x=np.full((8, 6), 3.4e38, np.float32), y=np.arange(8) % 3)
+    code, err = says(['prepare', model, tmp_path / 'max.npz', '-o', tmp_path / 'o', '--loss',
+                      'scce', '--lr', '0.05'])
+    assert code == 2 and 'x of sample 0 sums to 2.04e+39 in magnitude' in err and \
+        'scale the data down' in err, err
+    assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('cmd', ['prepare', 'dataset'])
+@pytest.mark.parametrize('dtype', ['uint8', 'int8'])
+def test_samples_one_outlier_makes_alike_as_bytes_are_refused(files, tmp_path, cmd, dtype):
+    """One value of 1e30 among values of about 1: stored as uint8 / int8 at the step it
+    sets, the other samples all became the same bytes, and trained so, unsaid.  Sparse,
+    binary and ordinary samples are stored as before."""
+    from test_refusals import says
+    d, model, _ = files
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 6))
+    sparse = np.where(rng.random((24, 6)) < 0.9, 0, rng.integers(0, 256, (24, 6))).astype(float)
+    for name, xx, ok in (('out', np.where(np.arange(24)[:, None] == 5, 1e30, x), False),
+                         ('plain', x, True), ('sparse', sparse, True),
+                         ('binary', (x > 0).astype(float), True)):
+        np.savez(tmp_path / f'{name}.npz', x=xx, y=np.arange(24) % 3)
+        out = tmp_path / f'o-{name}'
+        argv = ['prepare', model, tmp_path / f'{name}.npz', '-o', out, '--loss', 'scce', '--lr',
+                '0.05', '--dtype', dtype] if cmd == 'prepare' else \
+            ['dataset', tmp_path / f'{name}.npz', '-o', out, '--dtype', dtype]
+        code, err = says(argv)
+        if ok:
+            assert code == 0, (name, err)
+        else:
+            assert code == 2 and f'{name}.npz: stored as {dtype} at one step of' in err and \
+                '(sample 5 holds 1e+30)' in err and '--dtype float32' in err, err
+            assert not out.exists()
