@@ -279,3 +279,57 @@ def test_samples_one_outlier_makes_alike_as_bytes_are_refused(files, tmp_path, c
             assert code == 2 and f'{name}.npz: stored as {dtype} at one step of' in err and \
                 '(sample 5 holds 1e+30)' in err and '--dtype float32' in err, err
             assert not out.exists()
+
+
+# ------------------------------------------------------------------ int8 side files cut short
+@pytest.fixture(scope='module')
+def int8_run(files):
+    """A float model trained as int8 (--int8) for an epoch: q8.req, trained.wof and the
+    scales beside it (.q8s: ranges doubled, .q8w: weight scales)."""
+    d, model, data = files
+    out = d / 'int8-run'
+    prepare(model, os.fspath(out), data=data, loss='scce', lr=0.01, epochs=1, test_split=0.25,
+            int8=True, log=lambda *a: None)
+    code, log = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0 and (out / 'trained.wof.q8s').exists() and \
+        (out / 'trained.wof.q8w').exists(), log
+    return out
+
+
+LOAD = '''
+from utrain.q8train import Q8Trainer
+try:
+    tr = Q8Trainer('q8.json', 'weights.wof')
+    tr.net.load_weights('trained.wof')
+    print('LOADED')
+except ValueError as e:
+    print('REFUSED', e)
+'''
+
+
+@pytest.mark.parametrize('name,cut', [('q8.req', 1), ('q8.req', 'half'), ('trained.wof.q8s', 1),
+                                      ('trained.wof.q8w', 1), ('trained.wof.q8w', 'tag')])
+@pytest.mark.parametrize('where', WHERE)
+def test_int8_side_files_cut_short_are_refused_naming_them(int8_run, tmp_path, name, cut, where):
+    """q8.req cut short had divided by zero in the first step (a traceback) or trained on
+    multipliers of 0; trained.wof.q8s cut short ended on 'syntax error in JSON' (no file
+    named), and .q8w cut short (or holding its tag alone) was taken as no scale doubled,
+    the weights then read at other scales than they were saved at, unsaid."""
+    d = tmp_path / 'r'
+    shutil.copytree(int8_run, d, ignore=shutil.ignore_patterns('lib'))
+    (d / 'load.py').write_text(LOAD)
+    data = (d / name).read_bytes()
+    (d / name).write_bytes(data[:4] if cut == 'tag' else data[:len(data) // 2] if cut == 'half'
+                           else data[:-cut])
+    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
+        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
+    r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert f'REFUSED {name}:' in r.stdout and ('copy it' in r.stdout or 'copy both' in
+                                                r.stdout), r.stdout + r.stderr
+    if name == 'trained.wof.q8w' and cut == 'tag':
+        from test_refusals import says
+        code, err = says(['export', int8_run.parent / 'm.circle', d / 'trained.wof', '-o',
+                          tmp_path / 'o.circle', '--quantized'])
+        assert code == 2 and 'trained.wof.q8w: not the weight scales' in err and 'cut short' \
+            in err, err
