@@ -333,3 +333,64 @@ def test_int8_side_files_cut_short_are_refused_naming_them(int8_run, tmp_path, n
                           tmp_path / 'o.circle', '--quantized'])
         assert code == 2 and 'trained.wof.q8w: not the weight scales' in err and 'cut short' \
             in err, err
+
+
+# ------------------------------------------------------------------ pull of what is not this run's
+def _board(monkeypatch, flash):
+    """mpremote stood in for by a folder playing the board's flash (ls, cp :a b)."""
+    from host_tools.boards import board
+
+    def fake(port, *args, resume=False, cwd=None, **kw):
+        if args[0] == 'exec':
+            return f'LS {sorted(os.listdir(flash))!r}\n'
+        cmds = ' '.join(args).split(' + ')
+        for c in cmds:
+            _, src, dst = c.split(' ')
+            shutil.copy(os.path.join(flash, src[1:]), os.path.join(cwd, dst))
+        return ''
+    monkeypatch.setattr(board, 'mpremote', fake)
+    return board
+
+
+@pytest.mark.parametrize('case', ['another model', 'trained.wof cut short',
+                                  'checkpoint cut short', 'train.log empty', 'own'])
+def test_pull_refuses_files_that_are_not_this_runs(files, trained, tmp_path, monkeypatch, case):
+    """pull copied whatever the board held over the folder's files: another model's
+    results (a board trained for another folder, or not yet for this one), a trained.wof
+    or checkpoint cut short on the board, an empty train.log: each replaced good files,
+    unsaid (found with a simulated board)."""
+    d, model, data = files
+    run = trained[0]                                # (trained sgd for an epoch: its files)
+    flash = tmp_path / 'flash'
+    if case == 'another model':
+        other = tmp_path / 'other'
+        prepare(small_mlp(os.fspath(tmp_path / 'm5.circle'), hidden=5), os.fspath(other),
+                data=data, loss='scce', lr=0.05, epochs=1, test_split=0.25, log=lambda *a: None)
+        code, log = runner.run(os.fspath(other), python=True, stream=False)
+        assert code == 0, log
+        shutil.copytree(other, flash)
+    else:
+        shutil.copytree(run, flash)
+    cut = {'trained.wof cut short': 'trained.wof', 'checkpoint cut short': 'checkpoint.ckpt'}
+    if case in cut:
+        b = (flash / cut[case]).read_bytes()
+        (flash / cut[case]).write_bytes(b[:len(b) - 9])
+    if case == 'train.log empty':
+        (flash / 'train.log').write_bytes(b'')
+    d2 = tmp_path / 'mine'
+    shutil.copytree(run, d2, ignore=shutil.ignore_patterns('lib'))
+    before = {n: (d2 / n).read_bytes() for n in os.listdir(d2) if (d2 / n).is_file()}
+    board = _board(monkeypatch, flash)
+    if case == 'own':
+        assert board.pull(os.fspath(d2), 'COM3') == ['trained.wof', 'checkpoint.ckpt',
+                                                     'train.log']
+        return
+    with pytest.raises(board.BoardError) as e:
+        board.pull(os.fspath(d2), 'COM3')
+    want = {'another model': "the board's trained.wof is not weights of this folder's model",
+            'trained.wof cut short': "the board's trained.wof is not weights of this folder's",
+            'checkpoint cut short': "the board's checkpoint.ckpt is cut short",
+            'train.log empty': "the board's train.log is not a train.log"}[case]
+    assert want in str(e.value) and 'are as they were: train this folder on the board' in \
+        str(e.value), str(e.value)
+    assert {n: (d2 / n).read_bytes() for n in os.listdir(d2) if (d2 / n).is_file()} == before
