@@ -1774,9 +1774,14 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     if head is not None and (len(head) < 2 or int.from_bytes(head, 'little') != MAGIC):
         # (a train.log or test.ds had been 'not a .wof file (magic 28773, want 429)', or,
         # for a float model trained as int8, called a checkpoint)
+        if str(wof_path).endswith('.wof.best'):     # (the advice had named it, as weights)
+            raise PrepareError(f'{wof_path}: the record of the best epoch (its test loss and '
+                               'metric, JSON), not weights: give ' + str(wof_path)[:-5] +
+                               ', which holds those weights (or checkpoint.ckpt, the last '
+                               'epoch saved)')
         raise PrepareError(f'{wof_path}: not trained weights (a .wof or .ckpt as `run` and '
                            '`pull` write them): give the run folder\'s trained.wof (its best '
-                           'epoch), trained.wof.best or checkpoint.ckpt')
+                           'epoch) or checkpoint.ckpt (the last epoch saved)')
     summary = {}
     sp = os.path.join(run_dir, 'prepare.json')
     if os.path.exists(sp):
@@ -1870,8 +1875,9 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
             raise PrepareError(f'{wof_path}: tensor {k} ({g.tensors[k].name!r}) holds '
                                f'{int((~np.isfinite(arr)).sum())} NaN or Inf weights: the file '
                                'is damaged (a run never saves such weights); copy it again '
-                               '(`pull` from a board), or export the run folder\'s '
-                               'trained.wof.best or checkpoint.ckpt')
+                               '(`pull` from a board), or export the run folder\'s ' + (
+                                   'trained.wof (its best epoch)' if str(wof_path).endswith(
+                                       '.ckpt') else 'checkpoint.ckpt (the last epoch saved)'))
     from ..formats.onnx_io import is_onnx, export_onnx
     if is_onnx(model_path) and not quantized:
         if is_onnx(out_path):                       # the ONNX model, initializers trained

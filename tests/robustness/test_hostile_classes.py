@@ -123,7 +123,8 @@ def test_export_refuses_nan_weights_and_leaves_no_model(files, runs, tmp_path):
     out = tmp_path / 'x.circle'
     code, err = says(['export', model, run / 'trained.wof', '-o', out])
     assert code == 2 and 'holds 1 NaN or Inf weights: the file is damaged' in err, err
-    assert "trained.wof.best or checkpoint.ckpt" in err and not out.exists()
+    assert "export the run folder's checkpoint.ckpt (the last epoch saved)" in err and \
+        not out.exists()
 
 
 @pytest.mark.parametrize('target', ['other-weights', 'wof-by-another-name', 'log'])

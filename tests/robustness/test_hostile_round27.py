@@ -394,3 +394,15 @@ def test_pull_refuses_files_that_are_not_this_runs(files, trained, tmp_path, mon
     assert want in str(e.value) and 'are as they were: train this folder on the board' in \
         str(e.value), str(e.value)
     assert {n: (d2 / n).read_bytes() for n in os.listdir(d2) if (d2 / n).is_file()} == before
+
+
+def test_export_does_not_advise_a_record_as_weights(files, trained, tmp_path):
+    """export's refusals advised 'give trained.wof.best or checkpoint.ckpt', and then
+    refused trained.wof.best (the best epoch's JSON record) as 'not trained weights'."""
+    from test_refusals import says
+    d, model, _ = files
+    code, err = says(['export', model, trained[0] / 'trained.wof.best', '-o', tmp_path / 'o.circle'])
+    assert code == 2 and 'the record of the best epoch' in err and \
+        f'give {trained[0] / "trained.wof"}, which holds those weights' in err, err
+    code, err = says(['export', model, trained[0] / 'train.log', '-o', tmp_path / 'o.circle'])
+    assert code == 2 and 'not trained weights' in err and 'trained.wof.best' not in err, err
