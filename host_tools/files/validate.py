@@ -151,6 +151,23 @@ def one_class_warning(path, s: dict, y, n_out) -> str | None:
                                                  os.path.isdir(os.fspath(path)) else ''))
 
 
+def softmax_of_one(g):
+    """PrepareError when graph g's output is made by a SOFTMAX over 1 value (Keras's
+    Dense(1, activation='softmax')): its output is 1 whatever the input, so no weight
+    below it can train (bce took that 1 as a logit, mse and mae as the answer, and each
+    run trained nothing, unsaid)."""
+    op = final_op(g) if g.outputs else None
+    if op is None or op.name != 'SOFTMAX' or not op.outputs:
+        return
+    shape = g.tensors[op.outputs[0]].shape
+    if len(shape) and int(shape[-1]) == 1:
+        raise PrepareError(f'{g.path}: op {op.number} (SOFTMAX) normalises 1 value: its output '
+                           'is 1 for every input, so nothing below it can train (Keras: '
+                           "Dense(1, activation='softmax')); end a yes/no classifier in a "
+                           "sigmoid (Dense(1, activation='sigmoid'), then --loss bce), or give "
+                           'it one output per class (--loss scce)')
+
+
 def loss_on_logits(g, s: dict):
     """cce/scce (bce) without from_logits take probabilities, so the model should end in
     SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a

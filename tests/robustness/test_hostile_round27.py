@@ -406,3 +406,19 @@ def test_export_does_not_advise_a_record_as_weights(files, trained, tmp_path):
         f'give {trained[0] / "trained.wof"}, which holds those weights' in err, err
     code, err = says(['export', model, trained[0] / 'train.log', '-o', tmp_path / 'o.circle'])
     assert code == 2 and 'not trained weights' in err and 'trained.wof.best' not in err, err
+
+
+@pytest.mark.parametrize('loss', [None, 'bce', 'mse'])
+def test_a_softmax_over_one_value_is_refused(tmp_path, loss):
+    """Dense(1, activation='softmax'): its output is 1 for every input; bce took that 1 as
+    a logit, mse (chosen for labels 0/1) as the answer, and each run trained nothing,
+    unsaid."""
+    from test_refusals import says
+    m = small_mlp(os.fspath(tmp_path / 'm1.circle'), n_out=1)
+    x = np.random.default_rng(0).normal(size=(12, 6))
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 0).astype(float))
+    code, err = says(['prepare', m, tmp_path / 'd.npz', '-o', tmp_path / 'o', '--lr', '0.05']
+                     + (['--loss', loss] if loss else []))
+    assert code == 2 and 'op 2 (SOFTMAX) normalises 1 value: its output is 1 for every input' \
+        in err and "Dense(1, activation='sigmoid')" in err, err
+    assert not (tmp_path / 'o').exists()
