@@ -297,10 +297,17 @@ def _prepared_from(model, weights) -> str:
 def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
     from .files import dataset as ds
-    from .prepare.runfolder import check_outputs
+    from .prepare.runfolder import check_outputs, PrepareError
     # (-o the folder of the .ds it reads, a run's: its train.ds had been written over with
     # a re-split copy of itself; -o in an image folder: a class of its own next time)
     check_outputs(a.out, [None, a.source], names=('train.ds', 'test.ds'), cmd='dataset')
+    if any(os.path.isfile(os.path.join(a.out, n)) for n in ('model.flat', 'q8.json')):
+        # (a run's samples had been replaced, unsaid, by ones of another scale or width,
+        # without the input scaling prepare folds into them)
+        raise PrepareError(f'{a.out}: a run folder (prepare wrote it): its train.ds and test.ds '
+                           'are the samples its model was prepared on; to train it on these, '
+                           f'prepare it again with them (prepare MODEL {a.source} -o {a.out}), or '
+                           'give dataset -o another folder')
     size = _pixels(a.size)
     d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']

@@ -341,6 +341,13 @@ def pull(d, port, resume=False):
             if missing:
                 raise BoardError(f'{port}: {", ".join(missing)} did not arrive; the files in {d} '
                                  'are as they were: pull again')
+            for k in RESULTS:       # (each had replaced the folder's unchecked: cut short on
+                n = files.get(k)    # the board, or another run's, one the board held)
+                why = n in names and pulled_refusal(d, files, k, os.path.join(tmp, n))
+                if why:
+                    raise BoardError(f'{port}: the board\'s {n} {why}; the files in {d} are as '
+                                     f'they were: train this folder on the board (deploy {d} '
+                                     '--run), then pull')
             for n in names:
                 os.replace(os.path.join(tmp, n), os.path.join(d, n))
         finally:
@@ -349,6 +356,44 @@ def pull(d, port, resume=False):
         os.close(fd)
     print(f'pulled {", ".join(names)} from {port} into {d}')
     return names
+
+
+def pulled_refusal(d, files, kind, path):
+    """Why the file a pull brought (kind: 'out', 'checkpoint' or 'log'; at path) is not
+    this folder's run's, or None: a .wof whose tensors are not the folder's starting
+    weights' (files.weights: their count and sizes), a checkpoint without utrain's trailer
+    and checksum or of another tensor count, a log without train.log's header."""
+    from ..target.device import module
+    wof = module('wof')
+    with open(path, 'rb') as f:
+        raw = f.read()
+    if kind == 'log':
+        return None if raw.startswith(b'epoch,') else 'is not a train.log (cut short or empty)'
+    try:
+        with open(os.path.join(d, files['weights']), 'rb') as f:
+            mine = f.read()
+        n = int.from_bytes(mine[4:8], 'little')
+        offs = [int.from_bytes(mine[8 + 4 * k:12 + 4 * k], 'little') for k in range(n)]
+        offs = [0 if o == 0xFFFFFFFF else o for o in offs]
+        ends = sorted(o for o in offs if o) + [len(mine)]
+        sizes = [ends[ends.index(o) + 1] - o if o else None for o in offs]
+    except (OSError, KeyError, TypeError, ValueError, IndexError):
+        return None             # (the folder's own weights unreadable: the run says so)
+    if kind == 'out':
+        import io
+        try:
+            wof.read_table(io.BytesIO(raw), os.path.basename(path), sizes, sizes)
+        except wof.FormatError as e:
+            return f'is not weights of this folder\'s model ({str(e).split(": ", 1)[-1]})'
+        return None
+    tag = wof.TAG
+    if len(raw) < 28 or raw[-8:-4] != tag or int.from_bytes(raw[16:20], 'little') != n:
+        return 'is cut short or another model\'s (no checksum trailer, or not its tensor count)'
+    if wof.crc32:
+        import zlib
+        if zlib.crc32(tag, zlib.crc32(raw[:-8])) & 0xFFFFFFFF != int.from_bytes(raw[-4:], 'little'):
+            return 'is cut short or damaged (its checksum does not match)'
+    return None
 
 
 # what `utrain board --check` asks a board: one line, a dict MicroPython prints

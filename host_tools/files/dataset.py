@@ -529,25 +529,51 @@ def read_dataset(path):
 
 
 def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
-                  names=('train.ds', 'test.ds'), scale=None, offset=None):
+                  names=('train.ds', 'test.ds'), scale=None, offset=None, where=None):
     """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
     train and test, quantize both with one scale (from the whole of x, unless given: an
     int8 model's input scale) and write them into out_dir.  Returns (train rows, test
     rows, scale, offset, {name: path written}).  Class labels that come sorted (an image
     folder's class by class, a .csv sorted by label: sorted_by_class) are written to the
     train file in a seeded shuffle (the train rows returned in that order): trained in
-    the file's order, each class in a block, SGD forgets the earlier ones."""
+    the file's order, each class in a block, SGD forgets the earlier ones.  where: the
+    data's file, named in a refusal (samples a few outliers' step would make alike)."""
     tr, te = split(len(x), test_split, seed)
     if sorted_by_class(y[tr]):
         tr = np.random.default_rng(seed).permutation(tr)
     if scale is None:
         scale, offset = quantization(x, dtype)
+        if dtype != 'float32':
+            crushed(x, dtype, scale, offset, where or 'the samples')
     wrote = {}
     for name, idx in zip(names, (tr, te)):
         if len(idx):
             wrote[name] = os.path.join(out_dir, name)
             write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
     return tr, te, scale, offset, wrote
+
+
+def crushed(x, dtype: str, scale: float, offset: float, where: str) -> None:
+    """DataError where storing x (one sample a row) as dtype at scale and offset makes
+    half or more of its distinct samples alike: a few values far outside the rest set a
+    step the others all fall within (one 1e30 among values of about 1 had been stored,
+    and trained on, as samples all the same, unsaid)."""
+    rows = np.asarray(x).reshape(len(x), -1)
+    if len(rows) < 4:
+        return
+    info = np.iinfo(NP[DTYPES[dtype]])
+    q = np.clip(np.round((rows.astype(np.float64) - (offset or 0.0)) / scale), info.min,
+                info.max).astype(np.int16)
+    n, m = len(np.unique(rows, axis=0)), len(np.unique(q, axis=0))
+    if n < 4 or m * 2 > n:
+        return
+    k = int(np.argmax(np.abs(rows).max(axis=1)))
+    v = rows[k][np.argmax(np.abs(rows[k]))]
+    raise DataError(f'{where}: stored as {dtype} at one step of {scale:.4g} (the values run from '
+                    f'{float(rows.min()):.4g} to {float(rows.max()):.4g}), {n - m} of its {n} '
+                    f'distinct samples become alike (sample {k} holds {float(v):.4g}): a few '
+                    'values far outside the rest set the step; drop or clip those samples, '
+                    'or store them as float32 (--dtype float32)')
 
 
 def sorted_by_class(y) -> bool:
@@ -706,12 +732,16 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
     Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
     from .locks import locked
     x, y = read_samples(source, label=label, size=size)
+    scale, offset = quantization(x, dtype)
+    if dtype != 'float32':      # (refused before the folder is made)
+        crushed(x, dtype, scale, offset, source)
     os.makedirs(out_dir, exist_ok=True)
     # (a run training on the folder's train.ds, or a prepare writing it: not under them)
     fd = locked(out_dir, lambda who: f'{out_dir}: {who} is using this folder; wait for it '
                 'to end (or stop it), or write the samples into another folder', DataError)
     try:
-        tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+        tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype,
+                                                     scale=scale, offset=offset)
     finally:
         os.close(fd)
     return {'x': x, 'y': y, 'train': tr, 'test': te, 'scale': scale, 'offset': offset,

@@ -151,6 +151,23 @@ def one_class_warning(path, s: dict, y, n_out) -> str | None:
                                                  os.path.isdir(os.fspath(path)) else ''))
 
 
+def softmax_of_one(g):
+    """PrepareError when graph g's output is made by a SOFTMAX over 1 value (Keras's
+    Dense(1, activation='softmax')): its output is 1 whatever the input, so no weight
+    below it can train (bce took that 1 as a logit, mse and mae as the answer, and each
+    run trained nothing, unsaid)."""
+    op = final_op(g) if g.outputs else None
+    if op is None or op.name != 'SOFTMAX' or not op.outputs:
+        return
+    shape = g.tensors[op.outputs[0]].shape
+    if len(shape) and int(shape[-1]) == 1:
+        raise PrepareError(f'{g.path}: op {op.number} (SOFTMAX) normalises 1 value: its output '
+                           'is 1 for every input, so nothing below it can train (Keras: '
+                           "Dense(1, activation='softmax')); end a yes/no classifier in a "
+                           "sigmoid (Dense(1, activation='sigmoid'), then --loss bce), or give "
+                           'it one output per class (--loss scce)')
+
+
 def loss_on_logits(g, s: dict):
     """cce/scce (bce) without from_logits take probabilities, so the model should end in
     SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a
@@ -260,6 +277,17 @@ def check_values(path: str, x, y) -> None:
                                f'samples hold values beyond ±{FLOAT32_MAX:.4g}), more than float32 '
                                'holds (the board stores it as Inf): scale the data into range, '
                                'or drop those samples')
+        sums = np.abs(rows).sum(axis=1, dtype=np.float64)
+        big = sums > FLOAT32_MAX
+        if big.any():
+            # (each value float32 holds, their sum not: the board checks a sample by its
+            # sum, and had refused train.ds as 'holds NaN or Inf', a folder prepare wrote)
+            k = int(np.argmax(big))
+            raise PrepareError(f'{path}: {name} of sample {k} sums to {sums[k]:.4g} in magnitude '
+                               f'({int(big.sum())} samples do), beyond ±{FLOAT32_MAX:.4g}, '
+                               'what float32 holds: a board adds a sample\'s values up (its '
+                               'check, its first layer) and gets Inf; scale the data down, or '
+                               'drop those samples')
 
 
 # ------------------------------------------------------------------ graphs

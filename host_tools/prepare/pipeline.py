@@ -775,12 +775,25 @@ def prepare(model_path, out_dir, *args, **kw):
             # (inputs in out_dir are read where they are: the staging folder has copies)
             a.update(out_dir=stage, log=lambda *m: log(*map(mapped, m)))
             overrides = a.pop('overrides', {})
-            return mapped(_batch1_prepare(**a, **overrides))
+            r = mapped(_batch1_prepare(**a, **overrides))
         except (PrepareError, ValueError, OSError) as e:
             e.args = mapped(e.args)
             if isinstance(e, OSError) and e.filename:
                 e.filename = mapped(e.filename)
             raise
+    if a.get('bands') and isinstance(r, dict) and not r.get('bands') and not r.get('select'):
+        banded = None       # (an int8 run's band groups are in its q8.json)
+        if r.get('int8'):
+            try:
+                with open(os.path.join(out_dir, 'q8.json')) as f:
+                    banded = json.load(f).get('groups')
+            except (OSError, ValueError):
+                banded = True
+        if not banded:      # (it had been taken without a word)
+            log(f'{model_path}: --bands {a["bands"]}: the run has no frozen layers that can run '
+                'in row bands (convolutions, pools and elementwise ops below the trained ones, '
+                'on rows of an image); nothing to change')
+    return r
 
 
 def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=None,
@@ -843,6 +856,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             '(--train all)')
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
+    from ..files.validate import softmax_of_one
+    softmax_of_one(source)
     s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,
                      log)
     if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
@@ -861,6 +876,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     emb8 = not as8 and not dequantize and quant.embedding_ids(source) and not \
         quant.settings_refusal(s, source)
     as8 = as8 or emb8
+    if as8 and int8 is False and not dequantize:    # (it had been taken without a word)
+        log(f'{model_path}: --float32: the model is int8, so it trains in float32 dequantized, '
+            'as --dequantize does (export --quantized writes it back as int8)')
+        dequantize, as8 = True, False
     # the samples as given, read once here for the input's scale and --select's flash check
     # (a model with several inputs: they are joined after the rewrites, and not scaled)
     early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
@@ -929,6 +948,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
                 s = dict(s, select=sel['select'])   # train.json's block (and its plan's pass)
                 given = given | {'cache'}   # (its pass runs the whole net: no prefix cache)
         rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
+        int8_unread(model_path, 'stream' in given, backend, dtype if dtype_given else None, log)
         try:
             summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                        split_seed, progress, cache, bands, board, limit8,
@@ -969,6 +989,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             # that fits, else both plans' refusals)
             return dequantized_instead(call, refused, float32=True)
         if q8:
+            int8_unread(model_path, 'stream' in given, backend, dtype if dtype_given else None,
+                        log)
             return probe_written(out_dir, q8, given, log, model_path)
     elif int8:
         raise PrepareError(f'{model_path}: --int8 does not go with --dequantize, --ranks, '
@@ -1104,7 +1126,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         summary['chose'] = chose
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype,
                               *((1.0, 0.0) if stored else ()),
-                              out_shape=g.tensors[g.outputs[0]].shape))
+                              out_shape=g.tensors[g.outputs[0]].shape, where=data))
     if stored:
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
@@ -1230,6 +1252,24 @@ def stored_codes(g, x) -> np.ndarray:
         out[:, at:at + n] = np.round((np.asarray(x[:, at:at + n], np.float64) - off) / sc)
         at += n
     return out
+
+
+def int8_unread(model_path, stream, backend, dtype, log):
+    """Say which of the options given an int8 run does not read, and what it does instead
+    (--stream, --backend other than fallback, --dtype other than int8 had been taken without
+    a word)."""
+    if stream:
+        log(f'{model_path}: --stream: an int8 run always reads its frozen weights from '
+            'weights.wof as each layer runs; nothing to change')
+    if backend != 'fallback':
+        log(f'{model_path}: --backend {backend}: an int8 run ' + '; '.join(
+            (['computes with utrain\'s integer kernels, ulab or not (--dequantize trains in '
+              'float32 with ulab)'] if 'ulab' in backend else []) +
+            (['plans utrain\'s code as loaded from lib/ into the heap (a firmware with utrain '
+              'frozen in needs less than planned)'] if 'frozen' in backend else [])))
+    if dtype and dtype != 'int8':
+        log(f'{model_path}: --dtype {dtype}: an int8 run stores its samples as int8 at the '
+            'model input\'s scale and zero point (they are its input as they are)')
 
 
 def dequantized_instead(call, refusal, float32=False):
@@ -1775,9 +1815,14 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     if head is not None and (len(head) < 2 or int.from_bytes(head, 'little') != MAGIC):
         # (a train.log or test.ds had been 'not a .wof file (magic 28773, want 429)', or,
         # for a float model trained as int8, called a checkpoint)
+        if str(wof_path).endswith('.wof.best'):     # (the advice had named it, as weights)
+            raise PrepareError(f'{wof_path}: the record of the best epoch (its test loss and '
+                               'metric, JSON), not weights: give ' + str(wof_path)[:-5] +
+                               ', which holds those weights (or checkpoint.ckpt, the last '
+                               'epoch saved)')
         raise PrepareError(f'{wof_path}: not trained weights (a .wof or .ckpt as `run` and '
                            '`pull` write them): give the run folder\'s trained.wof (its best '
-                           'epoch), trained.wof.best or checkpoint.ckpt')
+                           'epoch) or checkpoint.ckpt (the last epoch saved)')
     summary = {}
     sp = os.path.join(run_dir, 'prepare.json')
     if os.path.exists(sp):
@@ -1871,8 +1916,9 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
             raise PrepareError(f'{wof_path}: tensor {k} ({g.tensors[k].name!r}) holds '
                                f'{int((~np.isfinite(arr)).sum())} NaN or Inf weights: the file '
                                'is damaged (a run never saves such weights); copy it again '
-                               '(`pull` from a board), or export the run folder\'s '
-                               'trained.wof.best or checkpoint.ckpt')
+                               '(`pull` from a board), or export the run folder\'s ' + (
+                                   'trained.wof (its best epoch)' if str(wof_path).endswith(
+                                       '.ckpt') else 'checkpoint.ckpt (the last epoch saved)'))
     from ..formats.onnx_io import is_onnx, export_onnx
     if is_onnx(model_path) and not quantized:
         if is_onnx(out_path):                       # the ONNX model, initializers trained

@@ -2716,6 +2716,7 @@ def as_written(m: dict, tables=None):
     for out in outs.values():
         if req:
             out['req'] = 'q8.req'
+            out['reqb'] = len(req)      # (its size: one cut short is refused on the board)
     return outs, req
 
 
@@ -2922,8 +2923,8 @@ def grown(g: Graph, m: dict, wof_path) -> None:
         data = f.read()
     by = {d['wt']: d for d in m['layers'] if 'wt' in d}
     bad = f'{p}: not the weight scales of this model; remove it only if {wof_path} was not trained with it'
-    if data[:4] != b'UTGW':
-        raise ValueError(bad)
+    if data[:4] != b'UTGW' or len(data) < 12:     # (its tag alone: cut short, unsaid)
+        raise ValueError(bad + ('' if data[:4] != b'UTGW' else ' (cut short: no layer in it)'))
     o = 4
     while o < len(data):
         if o + 8 > len(data):

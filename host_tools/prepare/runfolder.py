@@ -300,7 +300,7 @@ def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
 
 
 def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
-               scale=None, offset=None, out_shape=None) -> dict:
+               scale=None, offset=None, out_shape=None, where=None) -> dict:
     """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
     and stored as dtype (scale, offset: given, or from the data's range; out_shape: the
     output's, whose rows a class a step fill).  Sets files' train and test to what it
@@ -311,7 +311,8 @@ def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='fl
         return {}
     x, y = xy
     tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
-                                           (files['train'], files['test']), scale, offset)
+                                           (files['train'], files['test']), scale, offset,
+                                           where)
     if files['test'] not in wrote:
         files['test'] = None
     _drop_stale_samples(out_dir, files)

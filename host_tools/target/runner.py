@@ -461,6 +461,14 @@ def end_advice(out_dir, text) -> str | None:
         return (f'what to do: {f} could not be saved in {out_dir} ({why}): {fix}, then run '
                 'again; "resume": true under "run" in train.json goes on from the last '
                 'checkpoint saved')
+    other = re.match(r'(\S+\.ckpt): saved training with (.+?); train\.json trains with ', what)
+    if other:
+        # train.json's "optimizer" or "momentum" edited since the save (its state had been
+        # taken as the other optimizer's, or dropped, unsaid)
+        return (f'what to do: to resume, set "optimizer" (and "momentum") in train.json in '
+                f'{out_dir} back to {other.group(2)}, as the checkpoint trained; to go on with '
+                'the new optimizer from the best weights so far (its state from zero), set '
+                '"resume": false and "start": "best" under "run"')
     if name.endswith('.ckpt'):
         return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
                 'set "resume": false under "run" in train.json) to train from the start')

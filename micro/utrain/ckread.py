@@ -70,6 +70,12 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
     return out[0], out[1], out[2], step, epoch, extra
 
 
+def _kind(m, v):
+    # the optimizer whose state tables these are (utrain.optim: m, v)
+    return 'adam or adamw' if m and v else 'sgd with momentum' if m else 'rmsprop' if v \
+        else 'sgd without momentum'
+
+
 def load_state(tr, path):
     net = tr.net
     shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
@@ -95,6 +101,12 @@ def load_state(tr, path):
             raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
         net.t[k] = w[k]
     o = tr.opt
+    if bool(m) != bool(o.m) or bool(v) != bool(o.v):
+        # the optimizer (or sgd's momentum) edited in train.json since the save: its state
+        # had been taken as the other's, or dropped, without a word
+        raise ValueError('%s: saved training with %s; train.json trains with %s, whose '
+                         'optimizer state is another' % (path, _kind(m, v), o.kind + (
+                             ' with momentum' if o.m else ' without momentum') * (o.kind == 'sgd')))
     for k in m:
         if k in o.m:
             o.m[k] = m[k]

@@ -38,8 +38,14 @@ class Recorder:
         except OSError:
             f = None
         if f is None:
-            if dtype not in (0, 1, 2) or scale == 0:
-                raise ValueError('%s: dtype must be 0, 1 or 2 and scale non-zero' % path)
+            if dtype not in (0, 1, 2):
+                raise ValueError('%s: dtype must be 0 (float32), 1 (uint8) or 2 (int8)' % path)
+            if not (scale > 0 and finite(scale) and finite(offset)) or not dtype and (
+                    scale != 1 or offset):
+                # (a float32 file's scale had been written and read by the host, not the board)
+                raise ValueError('%s: scale %r, offset %r: ' % (path, scale, offset) + (
+                    'dtype 0 stores float32 values as they are: leave scale and offset out'
+                    if not dtype else 'give a finite scale above 0 and a finite offset'))
             f = open(path, 'w+b')
             f.write(header_bytes(dtype, 0, x_len, y_len, scale, offset))
             n = 0

@@ -36,7 +36,17 @@ def header(path, h):
         raise ValueError('%s: truncated dataset header' % path)
     if xt > 2 or yt > 2:
         raise ValueError('%s: unknown sample dtypes %d,%d' % (path, xt, yt))
-    return (ver, HEAD, xt, yt, n, xl, yl) + unpack('<ffff', h[20:36])
+    q = unpack('<ffff', h[20:36])
+    for i in (0, 2):
+        # value = stored * scale + offset: float32 values are stored as they are (scale 1,
+        # offset 0; a board reads them so), stored bytes need a finite scale above 0 (a
+        # damaged one, 0 or NaN, had trained on every sample the same, without a word)
+        s, o, t = q[i], q[i + 1], yt if i else xt
+        if not (s == 1 and o == 0 if t == 0 else s > 0 and s - s == 0 and o - o == 0):
+            raise ValueError('%s: damaged header: %s scale %r, offset %r for %s values; write '
+                             'the file again (prepare, or `python -m host_tools dataset`)'
+                             % (path, 'y' if i else 'x', s, o, ('float32', 'uint8', 'int8')[t]))
+    return (ver, HEAD, xt, yt, n, xl, yl) + q
 
 
 class Dataset:

@@ -211,9 +211,14 @@ class Grow:
     def loaded(self, path):
         """After Q8Net.load_weights(path): the exponents of path.q8w (none: 0)."""
         got = side_load(path + '.q8w', b'UTGW')
+        from utrain.wof import exists
+        there = exists(path + '.q8w')
         for L in self.ls:
             e = got.get(L.d['wt'])
-            self.set(L, e if e is not None and len(e) == len(L.ge) else bytes(len(L.ge)))
+            if there and (e is None or len(e) != len(L.ge)):
+                raise ValueError("%s.q8w: not the scales of %s (another run's): copy both "
+                                 'again (pull)' % (path, path))
+            self.set(L, e if e is not None else bytes(len(L.ge)))
             L.set_bias()
             self.base(L)
 

@@ -328,13 +328,19 @@ def side_load(path, tag):
     got = {}
     if exists(path):
         with open(path, 'rb') as f:
-            if f.read(4) == tag:
-                while True:
-                    h = f.read(8)
-                    if len(h) < 8:
-                        break
+            ok = f.read(4) == tag
+            while ok:
+                h = f.read(8)
+                if not h:
+                    break
+                ok = len(h) == 8
+                if ok:
                     k, n = unpack('<II', h)
-                    got[k] = f.read(n)
+                    got[k] = v = f.read(n)
+                    ok = len(v) == n
+        if not ok:      # (cut short: its scales had been taken as none doubled, unsaid)
+            raise ValueError("%s: cut short, or not utrain's; copy it with %s again (pull)"
+                             % (path, path[:path.rfind('.')]))
     return got
 
 

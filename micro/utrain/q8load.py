@@ -61,6 +61,12 @@ def build(self, meta, wof_path, mom, adam, batch, q8g):
         # littlefs's cache each time (~200 us a read on the emulated Pico, ~140 reads
         # a MobileNetV2 w62 step); each handle now reads on from where it stopped
         self.rs = wof.openr((wof_path[:i + 1] if i >= 0 else '') + req)
+        n = meta.get('reqb')
+        if n is not None and wof._size(self.rf) != n:
+            # (cut short, it had divided by zero at the first step, or trained on garbage)
+            raise wof.FormatError('%s: %d bytes, the layer table says %d (cut short, or '
+                                  "another preparation's): copy it again, or prepare the "
+                                  'folder again' % (req, wof._size(self.rf), n))
     # utrain.wof's code leaves the heap before the net's buffers (needed again only
     # for files: a save, a checkpoint, load_weights import it and drop it after)
     wof = None

@@ -159,10 +159,17 @@ class Ranges:
         from utrain.wof import exists
         if exists(path + '.q8s'):
             import json
-            with open(path + '.q8s') as f:
-                v = json.load(f)
-            if len(v) == len(want):
-                want = bytes(v)
+            try:
+                with open(path + '.q8s') as f:
+                    v = bytes(json.load(f))
+            except (ValueError, TypeError):
+                v = None
+            if v is None or len(v) != len(want):
+                # (cut short or another run's: it had been taken as no doublings, the
+                # biases then at other scales than the weights', unsaid)
+                raise ValueError('%s.q8s: not the scales of %s (cut short, or another '
+                                 "run's): copy both again (pull)" % (path, path))
+            want = v
         self.put(want)
         ls = self.net.layers
         for i in range(len(ls)):

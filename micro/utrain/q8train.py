@@ -71,7 +71,7 @@ class Q8Trainer:
         # Ctrl-C exactness (run.py, utrain.once): commit = (pos, sums) at the last whole
         # batch; dirty while weights change
         self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
-        self.ds = self.plain = None     # the dataset _read last checked
+        self.ds = None     # the dataset _read last checked
         self.ncls = meta['nclass']
         self.y = None if c['loss'] == 'scce' else [0.0] * self.ncls
 
@@ -100,7 +100,7 @@ class Q8Trainer:
                                  "its input's scale and zero point, with %s (prepare writes "
                                  'them)' % (ds.path, len(self.x), 'one label' if ny == 1 else
                                             '%d targets' % ny))
-            self.ds, self.plain = ds, ds.ys == 1.0 and ds.yo == 0.0
+            self.ds = ds    # (its float32 targets are as stored: utrain.data.header)
         f = ds.f
         f.seek(ds.head + i * ds.rec)
         if f.readinto(self.x) != len(self.x):
@@ -109,11 +109,9 @@ class Q8Trainer:
             v = unpack('<%df' % ny, f.read(4 * ny))
             y = self.y
             for j in range(ny):
-                y[j] = v[j] * ds.ys + ds.yo
+                y[j] = v[j]
             return y
         y = unpack('<f', f.read(4))[0]
-        if not self.plain:
-            y = y * ds.ys + ds.yo
         k = int(y)
         if not (0 <= k < self.ncls and k == y):
             raise ValueError('%s: sample %d has label %r, the model has %d classes'
@@ -269,6 +267,16 @@ class Q8Trainer:
             if L.pw:
                 part[L.d['wt']] = (L.wo, len(L.w))
         with openr(path) as f:
+            h = f.read(20)
+            if len(h) == 20:    # (its m and v tables' offsets: the optimizer that saved it)
+                mo, vo = unpack('<4xII', h[:12])
+                if bool(mo) != bool(net.adam or net.mom and any(state)) or bool(vo) != net.adam:
+                    from utrain.ckread import _kind
+                    raise ValueError('%s: saved training with %s; train.json trains with %s, '
+                                     'whose optimizer state is another' % (path, _kind(mo, vo), (
+                                         'adam' if net.adam else 'sgd with momentum' if net.mom
+                                         else 'sgd without momentum')))
+            f.seek(0)
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True,
                                                           part=part)
         r = calcsize(RESUME)
