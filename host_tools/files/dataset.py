@@ -514,8 +514,10 @@ def read_dataset(path):
         raise DataError(f'{path}: cannot read ({e.strerror})') from None
     try:
         _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = _data.header(path, data[:HEAD])
-    except ValueError as e:
-        raise DataError(str(e)) from None
+    except ValueError as e:     # (the board's own words, kept short: here what to do)
+        raise DataError(f'{e}: write the file again (prepare, or `python -m host_tools '
+                        'dataset`)' if 'damaged header' in str(e) or 'version' in str(e)
+                        else str(e)) from None
     xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
     rec = xd.itemsize * xl + yd.itemsize * yl
     if len(data) != head + n * rec:

@@ -71,7 +71,7 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
 
 
 def _kind(m, v):
-    # the optimizer whose state tables these are (utrain.optim: m, v)
+    # the optimizer whose state tables (utrain.optim's m, v) a checkpoint holds
     return 'adam or adamw' if m and v else 'sgd with momentum' if m else 'rmsprop' if v \
         else 'sgd without momentum'
 
@@ -102,11 +102,11 @@ def load_state(tr, path):
         net.t[k] = w[k]
     o = tr.opt
     if bool(m) != bool(o.m) or bool(v) != bool(o.v):
-        # the optimizer (or sgd's momentum) edited in train.json since the save: its state
-        # had been taken as the other's, or dropped, without a word
-        raise ValueError('%s: saved training with %s; train.json trains with %s, whose '
-                         'optimizer state is another' % (path, _kind(m, v), o.kind + (
-                             ' with momentum' if o.m else ' without momentum') * (o.kind == 'sgd')))
+        # train.json's optimizer (or sgd's momentum) edited since the save: its state had
+        # been taken as the other's, or dropped, unsaid (the host says what to do)
+        raise ValueError('%s: saved training with %s; train.json trains with %s' % (
+            path, _kind(m, v), o.kind + (' with' if o.m else ' without') * (
+                o.kind == 'sgd') + ' momentum' * (o.kind == 'sgd')))
     for k in m:
         if k in o.m:
             o.m[k] = m[k]

@@ -22,31 +22,26 @@ def header(path, h):
     magic, ver, xt, yt, n, xl, yl = unpack('<4sHBBIII', h[:20])
     if magic != MAGIC:
         raise ValueError('%s: not a utrain dataset (magic %r)' % (path, magic))
-    if xl < 1 or yl < 1:      # (n records of 0 bytes would pass the size check)
-        raise ValueError('%s: samples of %d inputs and %d targets: both must be at least 1'
-                         % (path, xl, yl))
     if ver == 1:
-        if xt or yt:
-            raise ValueError('%s: version 1 dataset with dtypes %d,%d' % (path, xt, yt))
-        return ver, 32, 0, 0, n, xl, yl, 1.0, 0.0, 1.0, 0.0
-    if ver != VERSION:
+        q, head = (1.0, 0.0, 1.0, 0.0), 32
+    elif ver != VERSION:
         raise ValueError('%s: dataset version %d; this utrain reads versions 1 and %d: '
                          'rebuild it with `python -m host_tools dataset`' % (path, ver, VERSION))
-    if len(h) < HEAD:
+    elif len(h) < HEAD:
         raise ValueError('%s: truncated dataset header' % path)
-    if xt > 2 or yt > 2:
-        raise ValueError('%s: unknown sample dtypes %d,%d' % (path, xt, yt))
-    q = unpack('<ffff', h[20:36])
+    else:
+        q, head = unpack('<ffff', h[20:36]), HEAD
     for i in (0, 2):
-        # value = stored * scale + offset: float32 values are stored as they are (scale 1,
-        # offset 0; a board reads them so), stored bytes need a finite scale above 0 (a
-        # damaged one, 0 or NaN, had trained on every sample the same, without a word)
-        s, o, t = q[i], q[i + 1], yt if i else xt
-        if not (s == 1 and o == 0 if t == 0 else s > 0 and s - s == 0 and o - o == 0):
-            raise ValueError('%s: damaged header: %s scale %r, offset %r for %s values; write '
-                             'the file again (prepare, or `python -m host_tools dataset`)'
-                             % (path, 'y' if i else 'x', s, o, ('float32', 'uint8', 'int8')[t]))
-    return (ver, HEAD, xt, yt, n, xl, yl) + q
+        # value = stored * scale + offset: float32 as stored (scale 1, offset 0, as a
+        # board reads it), bytes at a finite scale above 0 (a damaged 0 or NaN had
+        # trained every sample the same, unsaid); dtypes 0-2 (version 1: 0)
+        t, s, o = yt if i else xt, q[i], q[i + 1]
+        # (a length below 1: n records of 0 bytes would pass the size check)
+        if t > 2 or t and ver < 2 or (yl if i else xl) < 1 or not (
+                s == 1 and o == 0 if t == 0 else s > 0 and s - s == 0 == o - o):
+            raise ValueError('%s: damaged header: %s dtype %d, scale %r, offset %r, %d values'
+                             % (path, 'xy'[i >> 1], t, s, o, yl if i else xl))
+    return (ver, head, xt, yt, n, xl, yl) + q
 
 
 class Dataset:

@@ -272,8 +272,8 @@ class Q8Trainer:
                 mo, vo = unpack('<4xII', h[:12])
                 if bool(mo) != bool(net.adam or net.mom and any(state)) or bool(vo) != net.adam:
                     from utrain.ckread import _kind
-                    raise ValueError('%s: saved training with %s; train.json trains with %s, '
-                                     'whose optimizer state is another' % (path, _kind(mo, vo), (
+                    raise ValueError('%s: saved training with %s; train.json trains with %s'
+                                     % (path, _kind(mo, vo), (
                                          'adam' if net.adam else 'sgd with momentum' if net.mom
                                          else 'sgd without momentum')))
             f.seek(0)

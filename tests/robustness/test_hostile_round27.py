@@ -81,11 +81,12 @@ def _ds(path, dtype, at=None, value=None):
     return x
 
 
-DAMAGE = [('uint8', 20, 0.0, 'x scale 0.0'), ('uint8', 20, float('nan'), 'x scale nan'),
-          ('int8', 20, -1.0, 'x scale -1.0'), ('uint8', 24, float('inf'), 'offset inf'),
-          ('float32', 20, 2.0, 'x scale 2.0, offset 0.0 for float32'),
-          ('float32', 28, 2.0, 'y scale 2.0, offset 0.0 for float32'),
-          ('float32', 32, 1.0, 'y scale 1.0, offset 1.0 for float32')]
+DAMAGE = [('uint8', 20, 0.0, 'x dtype 1, scale 0.0'),
+          ('uint8', 20, float('nan'), 'x dtype 1, scale nan'),
+          ('int8', 20, -1.0, 'x dtype 2, scale -1.0'), ('uint8', 24, float('inf'), 'offset inf'),
+          ('float32', 20, 2.0, 'x dtype 0, scale 2.0, offset 0.0'),
+          ('float32', 28, 2.0, 'y dtype 0, scale 2.0, offset 0.0'),
+          ('float32', 32, 1.0, 'y dtype 0, scale 1.0, offset 1.0')]
 
 READ = '''
 import sys
@@ -108,7 +109,8 @@ def test_a_ds_header_scale_the_board_and_host_read_differently_is_refused_by_bot
     refuse it naming the file."""
     p = os.fspath(tmp_path / 'train.ds')
     _ds(p, dtype, at, value)
-    with pytest.raises(DataError, match='damaged header: .*' + want.replace('.', r'\.')):
+    with pytest.raises(DataError, match='damaged header: .*' + want.replace('.', r'\.')
+                       + '.*write the file again'):
         read_dataset(p)
     script = tmp_path / 'read.py'
     script.write_text(READ)
@@ -116,8 +118,7 @@ def test_a_ds_header_scale_the_board_and_host_read_differently_is_refused_by_bot
             [([MP], dict(os.environ, MICROPYPATH=MICRO))] if MP else []):
         r = subprocess.run(argv + [str(script), p], env=env, capture_output=True, text=True,
                            timeout=60)
-        assert f'REFUSED {p}: damaged header' in r.stdout and 'write the file again' in \
-            r.stdout, (argv, r.stdout + r.stderr)
+        assert f'REFUSED {p}: damaged header' in r.stdout, (argv, r.stdout + r.stderr)
 
 
 def test_good_quantized_headers_read_alike_on_host_and_board(tmp_path):
@@ -204,7 +205,7 @@ def test_resuming_under_another_optimizer_is_refused_saying_both_ways_on(trained
     was = 'sgd without momentum' if case.startswith('float') else 'sgd with momentum'
     now = {'adam': 'adam', 'sgd momentum': 'sgd with momentum', 'sgd': 'sgd without momentum'}[new]
     assert code == 1 and f'checkpoint.ckpt: saved training with {was}; train.json trains ' \
-        f'with {now}, whose optimizer state is another' in log, log
+        f'with {now}' in log, log
     advice = runner.end_advice(os.fspath(d), log)
     assert f'back to {was}, as the checkpoint trained' in advice and '"start": "best"' in \
         advice, advice
