@@ -1801,7 +1801,8 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'),
-                    {'sigmoid_loss': summary.get('sigmoid_loss')},   # (ops as the file's)
+                    {'sigmoid_loss': summary.get('sigmoid_loss'),    # (ops as the file's)
+                     'regression': summary.get('regression')},
                     output=(summary.get('output') or {}).get('index'))
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}
