@@ -211,18 +211,21 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # raised the held loss and one at least did not diverge: an int8 regression
         # on targets in the thousands (a VLP position net, mm) raised it 10^3-10^8 times
         # from 0.01 to 0.00032, not in order of lr, and learned at 3.2e-6)
+        # (and past the first that did not, one more: a lower one may lower it more)
         far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS))
+        last = steps
         for k in range(1, (min(steps, UP) if up else far) + 1):
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
             least = min(l for _, l in tried)
             harm = start / STILL < least < float('inf')
+            last = max(steps, k + 2) if harm else last
             # (down: an lr that barely moved the loss where none tried lowered it ends
             # it: lower ones move it less, none clearly below: samples with nothing the
             # model can learn, such as random labels, where higher lrs did harm)
             # (an lr that diverged is harm: down, as a pass that raised the loss)
             if (not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
-                    else k >= steps and not harm or not harm and (
+                    else k >= last or not harm and (
                         tried[-1][1] > 2 * least
                         or STILL * start <= least and tried[-1][1] <= start / STILL)):
                 break

@@ -140,6 +140,11 @@ def test_a_pass_that_diverges_steps_down(monkeypatch, losses, want):
     ({0.01: 9e9, 0.0032: 8e9, 0.001: 7e9, 0.00032: 6e9, 0.0001: 5e9, 3.2e-05: 4e9,
       1e-05: 3e9, 3.2e-06: 2e9, 1e-06: 1e9, 3.2e-07: 9e8, 1e-07: 8e8, 3.2e-08: 7e8,
       1e-08: 6e8}, 1e-08),
+    # (a float MLP's int8 version on targets within +-1000: the first lr below harm, 3.2e-7,
+    # and one more, 1e-7, clearly lower: the grid's best, test MAE 59.6 to 3.2e-7's 112)
+    ({0.01: 4.43e11, 0.0032: 3.85e11, 0.001: 3.85e11, 0.00032: 4.43e11, 0.0001: 3.4e9,
+      3.2e-05: 1.04e10, 1e-05: 4.51e8, 3.2e-06: 1.8e7, 1e-06: 4.06e5 / 3.45e5 * 4730,
+      3.2e-07: 2.16e5 / 3.45e5 * 4730, 1e-07: 8.52e4 / 3.45e5 * 4730}, 1e-07),
     # (a lower loss at 0.0032, a raised one at 0.01 within 1/CLEARLY of it: not 0.01)
     ({0.01: 5000.0, 0.0032: 3600.0, 0.001: 4000.0, 0.00032: 4500.0, 0.0001: 4700.0,
       3.2e-05: 4730.0, 1e-05: 4730.0}, 0.0032)])
