@@ -13,6 +13,7 @@ scale, SOFTMAX's output TFLite's 1/256 and -128."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import tempfile
@@ -339,21 +340,31 @@ LOGITS = 4.0                # the logits span at least +-LOGITS (their range dou
 WEIGHT_HEADROOM = 3.0       # weights: x their largest magnitude
 
 
-def widened(g: Graph, ranges: dict) -> dict:
+def widened(g: Graph, ranges: dict, targets=None) -> dict:
     """The measured ranges with room to train: training grows activations, and an int8
     activation clips at its calibrated range (its gradient then stops).  The input keeps
     its range (the samples'); the logits (SOFTMAX's input, a final LOGISTIC's) span at least +-LOGITS, or the
     softmax of an untrained model could never grow confident (the trained output's: the
     others, which do not train, as any activation); the others HEADROOM times the
-    measured range."""
+    measured range.  targets: (lo, hi) of a regression's targets (mse, mae): the trained
+    output is no logits but values the loss holds to them, HEADROOM times the range of
+    both (with 0) and no +-LOGITS floor (targets within +-0.001 put it at 0.031 a step:
+    every output one int8 code, and nothing trained at any lr)."""
     logits = {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'SOFTMAX'}
     # (a final sigmoid's input: bce's logits, quant.sigmoid_loss)
     logits |= {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'LOGISTIC'
                and op.outputs[0] in g.outputs[:1]}
     # (the trained output's: g.outputs[0], choose_output's; an output that does not
     # train keeps HEADROOM, as its other activations)
-    logits |= {g.tensors[k].name for k in g.outputs[:1]} - {g.tensors[op.outputs[0]].name
+    trained = {g.tensors[k].name for k in g.outputs[:1]} - {g.tensors[op.outputs[0]].name
                                                              for op in g.ops if op.name == 'SOFTMAX'}
+    if targets is None:
+        logits |= trained
+    else:
+        logits -= trained
+        for name in trained & set(ranges):
+            lo, hi = ranges[name]
+            ranges = dict(ranges, **{name: (min(lo, targets[0], 0.0), max(hi, targets[1], 0.0))})
     inputs = {g.tensors[k].name for k in g.inputs}
     out = {}
     for name, (lo, hi) in ranges.items():
@@ -400,7 +411,7 @@ def crushed(og: Graph, measured: dict) -> list:
     return out
 
 
-def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
+def calibrate(run_dir, g: Graph, x, more=None, steps=False, targets=None) -> Graph:
     """The int8 model of float graph g (the prepared float folder run_dir's, its
     model.flat and weights.wof) calibrated on samples x (one a row).  more: the measured
     ranges of the ops only g's other outputs need (_other_ranges), which run_dir's
@@ -408,7 +419,8 @@ def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
     unrolled (rewrite.unroll_loops: a body tensor's steps are NAME/t0, NAME/t1, ...), each
     body tensor calibrated at one range over its steps, as the loop file has one tensor
     for all of them (export --quantized writes it: loopq8); the steps' FULLY_CONNECTEDs
-    then train one zero bias (quant.zero_bias), as the body has one FC."""
+    then train one zero bias (quant.zero_bias), as the body has one FC.  targets: a
+    regression's (lo, hi) (widened)."""
     from .exportcheck import activation_ranges, recalibrate, tie_bounds
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
@@ -417,7 +429,11 @@ def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
     for k, (lo, hi) in (more or {}).items():
         a, b = measured.get(k, (lo, hi))
         measured[k] = (min(a, lo), max(b, hi))
-    ranges = widened(g, measured)
+    ranges = widened(g, measured, targets)
+    out = g.tensors[g.outputs[0]].name
+    if targets is not None and out in measured:     # (the range it trains to: crushed's)
+        lo, hi = measured[out]
+        measured[out] = (min(lo, targets[0]), max(hi, targets[1]))
     for k, src in getattr(og, 'requantized', {}).items():
         if src in ranges:
             ranges[k] = ranges[src]
@@ -591,12 +607,18 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         from ..files.dataset import read_samples
         from ..plan.runplan import data_inputs, one_input_output
         ins = data_inputs(g)        # several inputs: train.ds holds them joined
-        x, _ = read_samples(os.path.join(tmp, 'train.ds'), [1, sum(
+        x, y = read_samples(os.path.join(tmp, 'train.ds'), [1, sum(
             int(np.prod(sh[1:])) for _, sh, _ in ins[0])] if ins else g.tensors[g.inputs[0]].shape)
         more = _other_ranges(model_path, data, places, x[:1000], prepare, tmp, split)
+        with open(os.path.join(tmp, 'train.json')) as f:
+            loss = json.load(f).get('loss')
+        y = np.asarray(y, np.float64)
         og = calibrate(tmp, g, x[:1000], more,  # (each input's range its own: the SPLIT_V's parts)
-                       steps=bool(s.get('file_tensors')))
+                       steps=bool(s.get('file_tensors')),
+                       targets=(float(y.min()), float(y.max())) if loss in ('mse', 'mae')
+                       and y.size and np.all(np.isfinite(y)) else None)
         og.path = model_path
+        og.regression = loss in ('mse', 'mae')     # (its output no logits: quant.regressed)
         # an unrolled loop's (a Keras RNN's WHILE): where each trained tensor is in the
         # file, for export to write the file as it is (pipeline.write_in_place)
         og.file_tensors = s.get('file_tensors')

@@ -29,7 +29,8 @@ FEW = 8             # ...judged on their own loss after it (at least FEW; fewer:
 LEAST = 8           # a pass (and its held samples) shrunk to fit MACS: at least this many
 CLEARLY = 0.7       # a lower lr wins where its held loss is below this share of the higher's
 STEP = 10 ** 0.5    # each lr tried is the last over this (0.01, 0.0032, 0.001, ...)
-STEPS = 6           # at most lr / STEP**STEPS
+STEPS = 6           # at most lr / STEP**STEPS...
+FAR = 12            # ...or this many where every lr tried clearly raised the held loss
 UP = 4              # at most lr * STEP**UP
 UPDATES = 8         # going up takes a pass of at least this many updates
 STILL = 0.97        # a held loss within this share of where it began (either way) barely moved
@@ -140,8 +141,7 @@ def _plan(n, macs, prefix_macs, budget=None):
     h = p if own else min(HELD, n - p)
 
     def steps(p, h):
-        return min(STEPS, int((budget - prefix_macs * (p if own else p + h)) //
-                              max(1, macs * (p + h))) - 1)
+        return min(STEPS, _lrs(p, h, own, macs, prefix_macs, budget))
     if steps(p, h) < 1:
         # fewer samples, not no probe: LEAST held (the pass's harm shows on few, and shows
         # the less the shorter the pass) and as long a pass as takes three lrs (down 10x)
@@ -154,6 +154,12 @@ def _plan(n, macs, prefix_macs, budget=None):
                 f'{(p + h) * macs / 1e9:.3g} G multiply-adds an lr; it takes at most '
                 f'{budget / 1e9:g} G, for two lrs at least')
     return p, h, own, steps(p, h)
+
+
+def _lrs(p, h, own, macs, prefix_macs, budget):
+    """How many lrs past the first a pass of p samples judged on h (own: the same ones)
+    may try within budget multiply-adds (macs a step, prefix_macs a sample once)."""
+    return int((budget - prefix_macs * (p if own else p + h)) // max(1, macs * (p + h))) - 1
 
 
 def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
@@ -204,17 +210,27 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # (and never where the pass raised the loss by more: that is harm, down)
         up = STILL * start <= tried[0][1] <= start / STILL and updates >= UPDATES \
             and not own
-        for k in range(1, min(steps, UP if up else steps) + 1):
+        # (down past STEPS, to FAR within the budget, while every lr tried clearly
+        # raised the held loss and one at least did not diverge: an int8 regression
+        # on targets in the thousands (a VLP position net, mm) raised it 10^3-10^8 times
+        # from 0.01 to 0.00032, not in order of lr, and learned at 3.2e-6)
+        # (and past the first that did not, one more: a lower one may lower it more)
+        far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS))
+        last = steps
+        for k in range(1, (min(steps, UP) if up else far) + 1):
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
             least = min(l for _, l in tried)
+            harm = start / STILL < least < float('inf')
+            last = max(steps, k + 2) if harm else last
             # (down: an lr that barely moved the loss where none tried lowered it ends
             # it: lower ones move it less, none clearly below: samples with nothing the
             # model can learn, such as random labels, where higher lrs did harm)
             # (an lr that diverged is harm: down, as a pass that raised the loss)
             if (not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
-                    else tried[-1][1] > 2 * least
-                    or STILL * start <= least and tried[-1][1] <= start / STILL):
+                    else k >= last or not harm and (
+                        tried[-1][1] > 2 * least
+                        or STILL * start <= least and tried[-1][1] <= start / STILL)):
                 break
     finally:
         quiet.__exit__(None, None, None)
@@ -238,8 +254,11 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     # not, is a collapse, not a loss to keep within 1/CLEARLY of the least: a GitHub-like
     # CNN on samples at 50x its scale fell to ln 4 at 0.01-0.00032 and learned at 0.0001)
     fell = [] if up or flat(start) or flat(least) else [l for _, l in tried if flat(l)]
+    # (never an lr whose pass raised the held loss where another lowered it; where
+    # none did, the least)
     best = next((lr for lr, l in tried if l not in fell and
-                 l <= (least if up else least / CLEARLY)), None)
+                 l <= (least if up or least >= start else min(least / CLEARLY, start))),
+                None)
     best = next(lr for lr, l in tried if l == least) if best is None else best
     if best == lr0 or up and not least < STILL * start:
         return None     # (up: only where a higher lr moved the held loss clearly)
@@ -252,6 +271,7 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         f'(before: {start:.3g}, '
         + ', '.join(f'lr {lr:g}: {l:.3g}' for lr, l in tried)
         + ('' if up else '; as a model made for inputs of another scale can')
+        + ('; none lowered it: the run may keep its first weights' if least >= start else '')
         + '); --lr sets another')
     return best
 

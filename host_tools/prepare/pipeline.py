@@ -1291,16 +1291,17 @@ def dequantized_instead(call, refusal, float32=False):
             why = 'the whole run plans about ' + why.split('the whole run plans about ')[1]
         raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
                                                'dequantized (--dequantize), ') + why) from None
+    advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
+    # (why int8 is so large, either way: an int8 GRU file on an rp2040 trained dequantized
+    # saying only 'needs about 465 KB'; its 363 layers, a loop unrolled, are 274 KB of it)
+    most = ''.join(f'; {a[len("most of it: "):]}' for a in advice if a.startswith('most of it'))
     if float32:
-        advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
         log(f'{call["model_path"]}: trains in float32 after all: as int8 it '
-            + first.split('training as int8 ', 1)[-1].rstrip('.')
-            + ''.join(f'; {a[len("most of it: "):]}' for a in advice
-                      if a.startswith('most of it'))
+            + first.split('training as int8 ', 1)[-1].rstrip('.') + most
             + ''.join(f'; int8 {a}' for a in advice if a.startswith('would fit'))
             + ' (--int8 with those options trains it as int8)')
         return summary
-    why = f'{first.rstrip(".")}; dequantized it fits'
+    why = f'{first.rstrip(".")}{most}; dequantized it fits'
     log(f'{call["model_path"]}: trains in float32, dequantized as --dequantize does: {why}; '
         'export --quantized writes the trained model back as int8')
     summary['dequantized_because'] = why
@@ -1884,7 +1885,8 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'),
-                    {'sigmoid_loss': summary.get('sigmoid_loss')},   # (ops as the file's)
+                    {'sigmoid_loss': summary.get('sigmoid_loss'),    # (ops as the file's)
+                     'regression': summary.get('regression')},
                     output=(summary.get('output') or {}).get('index'))
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}

@@ -561,6 +561,12 @@ def _widen_logits(g: Graph):
     (meta: q8range): at +-0.24 a softmax can never grow confident and the gradient stops
     where they clip; logits on one side of 0 get room on the other (ONE_SIDED).  export
     writes the new scale and zero point into the model."""
+    if getattr(g, 'regression', False):
+        # (a regression's output is no logits: its range is the targets' as the converter
+        # calibrated it, and it follows training as logits do; made +-4 it was 0.031 a
+        # step for targets within +-0.001, and a VLP net's 0..4145 mm, on one side of 0,
+        # was made +-4145: 32 mm a step where the file had 16)
+        return
     prod = {k: op for op in g.ops for k in op.outputs}
     t = g.outputs[0] if g.outputs else None
     op = prod.get(t)
@@ -598,9 +604,24 @@ def _widen_logits(g: Graph):
         s2 = 2 * WIDE_LOGITS / 255
         mid = s * (-0.5 - z)                # (the middle of its range, kept where it is not 0)
         z2 = 0 if abs(mid) <= WIDE_LOGITS - NARROW_LOGITS else int(np.clip(round(-0.5 - mid / s2), -128, 127))
+    g.logits_quant = {k: g.tensors[k].quant for k in chain}     # (regressed: put back)
     for k in chain:
         g.tensors[k].quant = dict(g.tensors[k].quant, scale=[s2], zero_point=[z2])
     g.narrow_logits = 1
+
+
+def regressed(g: Graph, s: dict) -> Graph:
+    """g for settings s: with a regression's loss (mse, mae) its output is no logits
+    (g.regression: _widen_logits leaves it as the file has it, and puts back what it
+    widened where g was rewritten before the loss was known); g itself otherwise."""
+    if s.get('loss') not in ('mse', 'mae') or getattr(g, 'regression', False):
+        return g
+    g = copy.deepcopy(g)
+    g.regression = True
+    for k, q in (getattr(g, 'logits_quant', None) or {}).items():
+        g.tensors[k].quant = q
+    g.logits_quant, g.narrow_logits = None, 0
+    return g
 
 
 def numbered(g: Graph, run) -> Graph:
@@ -612,6 +633,8 @@ def numbered(g: Graph, run) -> Graph:
     ops, n = run.get('op_numbers'), run.get('file_ops')
     if run.get('sigmoid_loss'):
         g.sigmoid_loss = True
+    if run.get('regression'):
+        g.regression = True
     if ops and len(ops) == len(g.ops):
         for op, k in zip(g.ops, ops):
             op.src = int(k)
@@ -3308,6 +3331,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                             read_data, run_defaults, set_aside_earlier_run, write_data,
                             write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
+    g = regressed(g, s)
     if sigmoid_loss(g, s) != getattr(g, 'sigmoid_loss', False):
         g = copy.deepcopy(g)
         g.sigmoid_loss = sigmoid_loss(g, s)
@@ -3488,6 +3512,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)
     if getattr(g, 'sigmoid_loss', False):   # (export's table: the final LOGISTIC the loss's)
         summary['sigmoid_loss'] = True
+    if getattr(g, 'regression', False):     # (export's: the output's range as trained)
+        summary['regression'] = True
     if getattr(g, 'as_file', None):     # several inputs or outputs (as the float path's)
         from ..plan.runplan import io_summary
         summary.update(io_summary(g))

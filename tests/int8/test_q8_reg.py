@@ -208,3 +208,76 @@ def test_float_regression_model_trains_as_int8_for_a_board_without_ulab(tmp_path
     export(p, os.path.join(d, 'trained.wof'), str(tmp_path / 'f.circle'))
     g = read_model(str(tmp_path / 'f.circle'))
     assert all(t.dtype == 'float32' for t in g.tensors if t.data is not None)
+
+
+@pytest.mark.parametrize('scale,made,lr', [(1e-3, True, 0.01), (1e3, False, 1e-4)])
+def test_a_regressions_int8_output_is_calibrated_to_its_targets(tmp_path, scale, made, lr):
+    """A float regression MLP taken to int8 (--int8, mse): the trained output's int8 range
+    is its own and the targets' (HEADROOM times), not logits' +-4 at least
+    (fromfloat.widened).  A net made for targets within +-0.001 (made: its last layer at
+    their scale) had its output at 0.031 a step (every output one code: 'reads it as a
+    constant', nothing trained at any lr); targets within +-1000 a net's outputs of +-8
+    had not reached were clipped at +-16 (the loss could never fall)."""
+    from onert_ref import build_mlp
+    from host_tools.formats.circle_io import write_with_weights
+    p = str(tmp_path / 'mlp.circle')
+    build_mlp(str(tmp_path / 'm.circle'), n_in=8, n_hidden=16, n_out=3, softmax=False)
+    g = read_model(str(tmp_path / 'm.circle'))
+    write_with_weights(str(tmp_path / 'm.circle'), p, {
+        t.index: (t.data * (scale if made else 1.0)).astype(np.float32)
+        for t in g.tensors if t.name in ('w2', 'b2')})
+    r = np.random.default_rng(0)
+    x = r.standard_normal((160, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=(scale * np.tanh(x[:, :3])).astype(np.float32))
+    said, d = [], str(tmp_path / 'o')
+    s = prepare(p, d, data=str(tmp_path / 'd.npz'), loss='mse', int8=True, lr=lr, epochs=3,
+                test_split=0.25, log=said.append)
+    assert s.get('int8') and not any('as a constant' in str(v) for v in said), said
+    g = read_model(os.path.join(d, 'int8.circle'))
+    q = g.tensors[g.outputs[0]].quant
+    span = 255 * q['scale'][0]
+    assert 2 * scale <= span and (span < 50 * scale or not made), (span, scale)
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0, out
+    tl = [float(v.split('test_loss ')[1].split()[0]) for v in out.splitlines() if 'test_loss' in v]
+    assert tl[-1] < 0.7 * tl[0] if scale > 1 else True, out
+
+
+@pytest.mark.parametrize('scale,shift,lo,hi', [(1e-3, 0.0, -0.003, 0.003),
+                                               (1e3, 2.0, 0.0, 4000.0)])
+def test_an_int8_regression_files_output_keeps_its_range(tmp_path, scale, shift, lo, hi):
+    """An int8 regression file (mse) trains and exports with its output's scale and zero
+    point as the file has them: a regression's output is no logits (quant.regressed).
+    Narrower than +-2 they had been made +-4 (targets within +-0.003: 0.031 a step, every
+    output one code); on one side of 0 (einstein8612/VLP-pico's positions, 0..4145 mm)
+    given as much room on the other (32 mm a step where the file had 16)."""
+    from onert_ref import build_mlp
+    from host_tools.formats.circle_io import write_with_weights
+    from host_tools.prepare.pipeline import export
+    build_mlp(str(tmp_path / 'b.circle'), n_in=8, n_hidden=16, n_out=3, softmax=False)
+    g = read_model(str(tmp_path / 'b.circle'))
+    write_with_weights(str(tmp_path / 'b.circle'), str(tmp_path / 'm.circle'), {
+        t.index: (t.data * scale / 10 + (shift * scale if t.name == 'b2' else 0)).astype(
+            np.float32) for t in g.tensors if t.name in ('w2', 'b2')})     # (outputs in lo..hi)
+    r = np.random.default_rng(0)
+    x = r.standard_normal((40, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=(scale * (np.tanh(x[:, :3]) + shift)).astype(np.float32))
+    none = lambda *a: None  # noqa: E731
+    prepare(str(tmp_path / 'm.circle'), str(tmp_path / 'f'), data=str(tmp_path / 'd.npz'),
+            loss='mse', int8=True, lr=0.01, epochs=1, log=none)
+    g = read_model(str(tmp_path / 'f' / 'int8.circle'))
+    out = g.outputs[0]
+
+    def edit(model):        # (the output's range as a converter calibrated it)
+        q = model.subgraphs[0].tensors[out].quantization
+        q.scale, q.zeroPoint = [(hi - lo) / 255], [int(round(-128 - lo * 255 / (hi - lo)))]
+    q8 = str(tmp_path / 'q8.circle')
+    write_with_weights(str(tmp_path / 'f' / 'int8.circle'), q8, {}, edit=edit)
+    d = str(tmp_path / 'o')
+    assert prepare(q8, d, data=str(tmp_path / 'd.npz'), loss='mse', lr=0.01, epochs=1,
+                   log=none).get('int8')
+    export(q8, os.path.join(d, 'weights.wof'), str(tmp_path / 'e.circle'))
+    f, e = (read_model(v) for v in (q8, str(tmp_path / 'e.circle')))
+    assert e.tensors[e.outputs[0]].quant['scale'] == f.tensors[f.outputs[0]].quant['scale']
+    assert e.tensors[e.outputs[0]].quant['zero_point'] == \
+        f.tensors[f.outputs[0]].quant['zero_point']

@@ -9,6 +9,7 @@ checkpoints and viper as the host; prepare trains it as int8 on unix MicroPython
 it and export writes the one shared tensor back."""
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -325,6 +326,10 @@ def test_an_int8_run_over_the_budget_trains_dequantized_where_that_fits(tmp_path
     s = prepare(path, str(tmp_path / 'b'), data=d, log=lines.append, budget=(p8 + pf) // 2)
     assert not s.get('int8') and 'dequantized it fits' in s['dequantized_because'], s
     assert any('trains in float32, dequantized' in ln and 'as int8 needs' in ln for ln in lines)
+    # (and what makes int8 so large: its layers, a loop's steps each (issue 28: an int8 GRU
+    # file on an rp2040 said only its 465 KB, of which its 363 layers were 274 KB))
+    assert re.search(r'\d+ int8 layers [^;]*their table and layer objects \d+ KB[^;]*; '
+                     r'dequantized it fits', s['dequantized_because']), s
     with pytest.raises(PrepareError, match=r'(?s)as int8 needs.*dequantized \(--dequantize\)'):
         prepare(path, str(tmp_path / 'n'), data=d, log=none, budget=pf - 2048)
     # (a budget under what the code and interpreter take alone: one paragraph that still

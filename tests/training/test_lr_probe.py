@@ -141,6 +141,51 @@ def test_a_pass_that_diverges_steps_down(monkeypatch, losses, want):
             'what the model was made for' in said[0] and '--lr' in said[0], said
 
 
+@pytest.mark.parametrize('losses,want', [
+    # (einstein8612/VLP-pico's int8 position net, targets in mm (0-2800), degraded LEDs:
+    # main's probe stopped at the bump at 0.00032 and kept 0.001, whose run never beat
+    # its first weights (test MAE 44.5); 3.2e-6 reached 25.6, the best of a 1e-2..1e-7 grid)
+    ({0.01: 4.52e11, 0.0032: 4.7e11, 0.001: 9.36e9, 0.00032: 2.57e9, 0.0001: 1.2e6,
+      3.2e-05: 8.94e5, 1e-05: 6.61e4, 3.2e-06: 2.45e3, 1e-06: 3.9e3}, 3.2e-06),
+    # (every lr raised it, the lowest least: kept, and said)
+    ({0.01: 9e9, 0.0032: 8e9, 0.001: 7e9, 0.00032: 6e9, 0.0001: 5e9, 3.2e-05: 4e9,
+      1e-05: 3e9, 3.2e-06: 2e9, 1e-06: 1e9, 3.2e-07: 9e8, 1e-07: 8e8, 3.2e-08: 7e8,
+      1e-08: 6e8}, 1e-08),
+    # (a float MLP's int8 version on targets within +-1000: the first lr below harm, 3.2e-7,
+    # and one more, 1e-7, clearly lower: the grid's best, test MAE 59.6 to 3.2e-7's 112)
+    ({0.01: 4.43e11, 0.0032: 3.85e11, 0.001: 3.85e11, 0.00032: 4.43e11, 0.0001: 3.4e9,
+      3.2e-05: 1.04e10, 1e-05: 4.51e8, 3.2e-06: 1.8e7, 1e-06: 4.06e5 / 3.45e5 * 4730,
+      3.2e-07: 2.16e5 / 3.45e5 * 4730, 1e-07: 8.52e4 / 3.45e5 * 4730}, 1e-07),
+    # (a lower loss at 0.0032, a raised one at 0.01 within 1/CLEARLY of it: not 0.01)
+    ({0.01: 5000.0, 0.0032: 3600.0, 0.001: 4000.0, 0.00032: 4500.0, 0.0001: 4700.0,
+      3.2e-05: 4730.0, 1e-05: 4730.0}, 0.0032)])
+def test_a_pass_that_raised_the_loss_at_every_lr_steps_further_down(monkeypatch, losses, want):
+    """Where every lr tried clearly raised the held loss (not in order of lr: a regression
+    on targets in the thousands, whose large last-layer weights scale every gradient
+    below them), the probe steps down past STEPS (to FAR) until one does not, and never
+    keeps an lr whose pass raised the loss where another lowered it (a stand-in trainer,
+    held loss 4730 before the pass)."""
+    from host_tools.prepare import lrprobe
+
+    class Tr:
+        cfg = {'loss': 'mse'}
+
+        def __init__(self, lr):
+            self.lr = lr
+
+    class Ds:
+        def close(self):
+            pass
+    monkeypatch.setattr(lrprobe, '_trainer', lambda *a: (Tr, Ds()))
+    monkeypatch.setattr(lrprobe, '_held_loss',
+                        lambda tr, ds, train, held: losses[tr.lr] if train else 4730.0)
+    said = []
+    got = lrprobe.probe_lr('run', {'lr': 0.01, 'files': {'train': 'train.ds'}}, 800, set(),
+                           said.append, 'm.tflite', 5e3, budget=lrprobe.MACS_Q8)
+    assert got == want, said
+    assert ('none lowered it' in said[0]) == (want == 1e-08), said
+
+
 @pytest.mark.parametrize('scale', [1.0, 0.3])
 def test_inputs_at_the_models_scale_keep_the_default(tmp_path, scale):
     said = []
