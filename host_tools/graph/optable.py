@@ -371,7 +371,7 @@ def _conv_fwd(op, g, arrays):
     _, OH, OW, O = g.tensors[op.outputs[0]].shape
     fo, act = _act_temps(op, OH * OW * O, O, arrays)
     if arrays != 'ulab':
-        return fo, 1 if op.name == 'DEPTHWISE_CONV_2D' else 0, act
+        return fo, 0, act
     return fo, _dw_spread(op, g), max(_conv_piece(op, g), act)
 
 

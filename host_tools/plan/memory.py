@@ -357,6 +357,8 @@ class _Run:
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
         self.views = set()          # (forward_peak: views whose floats are held anyway)
+        self.holes = []             # (forward_peak: the arrays the forward pass freed)
+        self.charge = 0             # (backward_peak: its peak's backward_run)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -733,6 +735,7 @@ def forward_peak(r):
         kept = kept and op.index not in banded
         live.update(k for k in op.outputs if k not in inner)
         hole += forward_frees(r, op, live, cut)[kept:]
+    r.holes = hole
     return peak, peak_at, x_in
 
 
@@ -854,6 +857,7 @@ def backward_peak(r) -> int:
     batch = int(r.s['batch'])
     peak = 0
     grads = {g.outputs[0]: (size[g.outputs[0]], -1)}     # tensor: (floats, the array)
+    holes = list(r.holes)
     for i, flags in plan.backward:
         op = g.ops[i]
         spec = SPECS[op.name]
@@ -883,18 +887,39 @@ def backward_peak(r) -> int:
         # counted for the ops whose figures are their own (bwd_of: dx alone); the
         # default figures' two input-sized arrays stand for dx and that sum
         sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
-        peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
-                   + sum(A(v) for v, n in more.values() if n not in passed) + sums
-                   + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows
-                   + weight_temps(r, spec, op, 1 if flags & DW else 0))
+        made = [A(size[o])] * bo + [A(n_in)] * (bi if flags & 1 else 0) + [pc] \
+            + [A(v) for v, n in more.values() if n not in passed] \
+            + [A(v) for k, (v, n) in given if k in grads and spec.bwd_of]
+        run = backward_run(made, holes)
+        need = cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc \
+            + sum(A(v) for v, n in more.values() if n not in passed) + sums \
+            + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows \
+            + weight_temps(r, spec, op, 1 if flags & DW else 0)
+        if need + run > peak:
+            peak, r.charge = need + run, run
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
         dz = grads.get(o, (0, None))[1] if not bo else ('dz', i)
+        was = {a: n for n, a in grads.values()}
         for k in op.outputs:
             grads.pop(k, None)
         for k, (v, n) in given:
             grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
+        now = {a for n, a in grads.values()}
+        # what the op leaves freed: its temporaries and the gradients no longer in flight
+        freed = [n for n in [A(size[o])] * bo + [pc] if n] + [A(n) for a, n in was.items() if a not in now]
+        holes.append(sum(freed))
     return peak
+
+
+def backward_run(arrays, holes) -> int:
+    """Heap the backward pass's largest new array (dx, an activation's gradient) needs
+    beyond the live data where no hole the passes have freed (holes: the forward pass's
+    freed arrays, then the backward's temporaries and the gradients it is done with)
+    takes it: the part of it longer than the largest hole; none when nothing was freed."""
+    if not holes or not arrays:
+        return 0
+    return min(sum(holes), max(0, max(arrays) - max(holes)))
 
 
 def step_wsum(r, wsum, taps=1) -> int:
