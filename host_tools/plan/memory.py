@@ -391,6 +391,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     held['model tables'] = table_bytes(r)
     held.update(weight_parts(r))
     held.update(state_parts(r))
+    if settings.get('dtype', 'float32') != 'float32' and not r.start:
+        held['8-bit input buffer'] = sample_bytes(r)
     parts, collect, peak_at = per_sample(r, held)
     total = int(sum(parts.values()))
     # a run that collects every total / collect bytes: an op whose temporaries are that
@@ -411,6 +413,16 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         out['prefix_phase'] = int(r.phase_a)
     return out
 
+
+
+def sample_bytes(r) -> int:
+    """The byte buffer utrain.data.Dataset.xq makes at a run's first input read of an
+    8-bit dataset (uint8 / int8 samples, --dtype or chosen for the board's flash) and
+    keeps all run: one byte an input value and an array's header (bytes(n) copied into
+    it: the pair's run for a moment, planned once).  None where the run reads only
+    targets (a prefix cache the host made)."""
+    n = r.size[r.g.inputs[0]]
+    return r.A(0) + -(-n // BLOCK) * BLOCK
 
 
 # What survives the board's Fisher phase into training: the interned names of

@@ -2018,3 +2018,21 @@ def test_the_fallback_depthwise_forward_makes_no_input_sized_array(tmp_path, mon
                                 stream=True)
     assert trains_in(out, plan), f'does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.2)), f'the plan ({plan} B) is over 1.2x the need'
+
+
+def test_an_8bit_datasets_input_byte_buffer_is_planned(tmp_path):
+    """utrain.data.Dataset.xq makes a byte buffer of one sample's inputs at the first
+    input read of a uint8 / int8 dataset and keeps it all run: planned (memory.sample_bytes;
+    main planned uint8 samples as float32 ones)."""
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.integers(0, 255, (4, 8, 8, 1)).astype(np.float32), y=rng.integers(0, 10, 4))
+    plans = {}
+    for dt in ('float32', 'uint8'):
+        s = prepare(os.path.join(DIGITS, 'digits_cnn.circle'), str(tmp_path / dt), data=data,
+                    loss='scce', lr=0.01, epochs=1, dtype=dt, optimizer='sgd', batch=1,
+                    log=lambda *a: None, backend='fallback')
+        plans[dt] = s['heap']
+    assert plans['uint8']['parts']['8-bit input buffer'] >= 64
+    assert plans['uint8']['total'] >= plans['float32']['total'] + 64
+    assert '8-bit input buffer' not in plans['float32']['parts']
