@@ -358,7 +358,6 @@ class _Run:
         self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
         self.views = set()          # (forward_peak: views whose floats are held anyway)
         self.holes = []             # (forward_peak: the arrays the forward pass freed)
-        self.charge = 0             # (backward_peak: its peak's backward_run)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -861,7 +860,8 @@ def fresh_run(arrays, holes) -> int:
 
 
 def backward_peak(r) -> int:
-    """The backward pass's peak: the gradients in flight and each op's temporaries.  A
+    """The backward pass's peak: the gradients in flight and each op's temporaries, and
+    the run its largest new array needs where the holes do not take it (backward_run).  A
     gradient in flight is an array, which several tensors' gradients may be (an op that
     passes its dz on as its inputs' gradients: bwd_temps' passed): counted once."""
     from ..graph.optable import SPECS, dx_bit, DW
@@ -907,8 +907,7 @@ def backward_peak(r) -> int:
             + sum(A(v) for v, n in more.values() if n not in passed) + sums \
             + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows \
             + weight_temps(r, spec, op, 1 if flags & DW else 0)
-        if need + run > peak:
-            peak, r.charge = need + run, run
+        peak = max(peak, need + run)
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
         dz = grads.get(o, (0, None))[1] if not bo else ('dz', i)
@@ -918,17 +917,25 @@ def backward_peak(r) -> int:
         for k, (v, n) in given:
             grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
         now = {a for n, a in grads.values()}
-        # what the op leaves freed: its temporaries and the gradients no longer in flight
-        freed = [n for n in [A(size[o])] * bo + [pc] if n] + [A(n) for a, n in was.items() if a not in now]
-        holes.append(sum(freed))
+        # what the op leaves freed, one hole (backward_run): its temporaries and the
+        # gradients no longer in flight
+        holes.append(sum([A(size[o])] * bo + [pc] + [A(n) for a, n in was.items() if a not in now]))
     return peak
 
 
 def backward_run(arrays, holes) -> int:
-    """Heap the backward pass's largest new array (dx, an activation's gradient) needs
-    beyond the live data where no hole the passes have freed (holes: the forward pass's
-    freed arrays, then the backward's temporaries and the gradients it is done with)
-    takes it: the part of it longer than the largest hole; none when nothing was freed."""
+    """Heap a backward op's largest new array (dx, an activation's gradient, a part's
+    gradient) needs beyond the live data where no hole the passes have freed takes it:
+    the part of it longer than the largest hole, at most the holes' bytes; none when
+    nothing was freed.  holes: the forward pass's freed arrays (forward_peak), then per
+    backward op one hole of what it freed (its temporaries and the gradients it is done
+    with, made one after another and freed together: adjacent on the board).  The saved
+    activations stay until the pass ends (utrain.model.backward), so these holes lie
+    between them.  (Unplanned, the held-out 1-D depthwise-separable net's RELU gradient,
+    24 KB, failed with 77 KB free on the 32-bit fallback: 0.97x its need; and the concat
+    net's PAD gradient, 0.99x.  Each backward op's freed arrays counted as holes of their
+    own, the digits CNN's 2.6 KB gradient went 512 B beyond a 2 KB one: its 64-bit ulab
+    plan over the 96 KB it trains in.)"""
     if not holes or not arrays:
         return 0
     return min(sum(holes), max(0, max(arrays) - max(holes)))
