@@ -1961,13 +1961,13 @@ def _dws1d(path, n=64, c=32, m=48, classes=6):
         return b.tensor(name, [k], data=np.zeros(k, np.float32))
     x = b.tensor('x', [1, 1, n, 4])
     t = x
-    for i, (kind, shape, o, act) in enumerate([
-            ('CONV_2D', (c, 1, 3, 4), c, 'RELU'), ('DEPTHWISE_CONV_2D', (1, 1, 5, c), c, 'RELU'),
-            ('CONV_2D', (m, 1, 1, c), m, 'RELU'), ('DEPTHWISE_CONV_2D', (1, 1, 3, 2 * m), 2 * m, 'NONE')]):
+    layers = [('CONV_2D', (c, 1, 3, 4), 0, 'RELU'), ('DEPTHWISE_CONV_2D', (1, 1, 5, c), 1, 'RELU'),
+              ('CONV_2D', (m, 1, 1, c), 0, 'RELU'), ('DEPTHWISE_CONV_2D', (1, 1, 3, 2 * m), 2, 'NONE')]
+    for i, (kind, shape, mult, act) in enumerate(layers):
+        o = shape[0] if kind == 'CONV_2D' else shape[-1]
         y = b.tensor(f't{i}', [1, 1, n, o])
         b.op(kind, [t, w(f'w{i}', shape), z(f'b{i}', o)], [y], padding='SAME',
-             fused_activation_function=act,
-             **(dict(depth_multiplier=o // shape[-1] if i < 3 else 2) if kind[0] == 'D' else {}))
+             fused_activation_function=act, **(dict(depth_multiplier=mult) if mult else {}))
         t = y
     a = b.tensor('a', [1, 1, n, 2 * m])
     b.op('RELU', [t], [a])
@@ -2026,7 +2026,8 @@ def test_an_8bit_datasets_input_byte_buffer_is_planned(tmp_path):
     main planned uint8 samples as float32 ones)."""
     rng = np.random.default_rng(0)
     data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.integers(0, 255, (4, 8, 8, 1)).astype(np.float32), y=rng.integers(0, 10, 4))
+    np.savez(data, x=rng.integers(0, 255, (4, 8, 8, 1)).astype(np.float32),
+             y=rng.integers(0, 10, 4))
     plans = {}
     for dt in ('float32', 'uint8'):
         s = prepare(os.path.join(DIGITS, 'digits_cnn.circle'), str(tmp_path / dt), data=data,
