@@ -364,14 +364,16 @@ def _conv_fwd(op, g, arrays):
     the fused activation's arrays (_act_temps: none for NONE, in place a chunk of rows at
     a time on a large output), under ulab a tap's product a piece at a time (_conv_piece;
     freed before the activation runs) and a depthwise multiplier M > 1's spread copy of
-    x (M input-sized floats); the fallback's native loops write into the output (its
-    depthwise's figure kept: one input-sized array).  (Planned as one more output-sized
+    x (M input-sized floats); the fallback's native loops write into the output, a
+    depthwise's of any multiplier too (npfallback._dfxk reads channel c*M+m's input in
+    place: planned one input-sized array, the held-out 1-D depthwise-separable net's
+    streamed and ranked cells were 1.23-1.26x on 32-bit).  (Planned as one more output-sized
     array whatever the activation, the held-out 1-D conv nets' second conv, whose 15 KB
     output has none, stood at their forward peak: 1.55x on 32-bit ulab, issue 28.)"""
     _, OH, OW, O = g.tensors[op.outputs[0]].shape
     fo, act = _act_temps(op, OH * OW * O, O, arrays)
     if arrays != 'ulab':
-        return fo, 1 if op.name == 'DEPTHWISE_CONV_2D' else 0, act
+        return fo, 0, act
     return fo, _dw_spread(op, g), max(_conv_piece(op, g), act)
 
 

@@ -357,6 +357,7 @@ class _Run:
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
         self.views = set()          # (forward_peak: views whose floats are held anyway)
+        self.holes = []             # (forward_peak: the arrays the forward pass freed)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -389,6 +390,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     held['model tables'] = table_bytes(r)
     held.update(weight_parts(r))
     held.update(state_parts(r))
+    if settings.get('dtype', 'float32') != 'float32' and not r.start:
+        held['8-bit input buffer'] = sample_bytes(r)
     parts, collect, peak_at = per_sample(r, held)
     total = int(sum(parts.values()))
     # a run that collects every total / collect bytes: an op whose temporaries are that
@@ -409,6 +412,16 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         out['prefix_phase'] = int(r.phase_a)
     return out
 
+
+
+def sample_bytes(r) -> int:
+    """The byte buffer utrain.data.Dataset.xq makes at a run's first input read of an
+    8-bit dataset (uint8 / int8 samples, --dtype or chosen for the board's flash) and
+    keeps all run: one byte an input value and an array's header (bytes(n) copied into
+    it: the pair's run for a moment, planned once).  None where the run reads only
+    targets (a prefix cache the host made)."""
+    n = r.size[r.g.inputs[0]]
+    return r.A(0) + -(-n // BLOCK) * BLOCK
 
 
 # What survives the board's Fisher phase into training: the interned names of
@@ -733,6 +746,7 @@ def forward_peak(r):
         kept = kept and op.index not in banded
         live.update(k for k in op.outputs if k not in inner)
         hole += forward_frees(r, op, live, cut)[kept:]
+    r.holes = hole
     return peak, peak_at, x_in
 
 
@@ -846,7 +860,8 @@ def fresh_run(arrays, holes) -> int:
 
 
 def backward_peak(r) -> int:
-    """The backward pass's peak: the gradients in flight and each op's temporaries.  A
+    """The backward pass's peak: the gradients in flight and each op's temporaries, and
+    the run its largest new array needs where the holes do not take it (backward_run).  A
     gradient in flight is an array, which several tensors' gradients may be (an op that
     passes its dz on as its inputs' gradients: bwd_temps' passed): counted once."""
     from ..graph.optable import SPECS, dx_bit, DW
@@ -854,6 +869,7 @@ def backward_peak(r) -> int:
     batch = int(r.s['batch'])
     peak = 0
     grads = {g.outputs[0]: (size[g.outputs[0]], -1)}     # tensor: (floats, the array)
+    holes = list(r.holes)
     for i, flags in plan.backward:
         op = g.ops[i]
         spec = SPECS[op.name]
@@ -883,18 +899,46 @@ def backward_peak(r) -> int:
         # counted for the ops whose figures are their own (bwd_of: dx alone); the
         # default figures' two input-sized arrays stand for dx and that sum
         sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
-        peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
-                   + sum(A(v) for v, n in more.values() if n not in passed) + sums
-                   + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows
-                   + weight_temps(r, spec, op, 1 if flags & DW else 0))
+        made = [A(size[o])] * bo + [A(n_in)] * (bi if flags & 1 else 0) + [pc] \
+            + [A(v) for v, n in more.values() if n not in passed] \
+            + [A(v) for k, (v, n) in given if k in grads and spec.bwd_of]
+        run = backward_run(made, holes)
+        need = cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc \
+            + sum(A(v) for v, n in more.values() if n not in passed) + sums \
+            + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows \
+            + weight_temps(r, spec, op, 1 if flags & DW else 0)
+        peak = max(peak, need + run)
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
         dz = grads.get(o, (0, None))[1] if not bo else ('dz', i)
+        was = {a: n for n, a in grads.values()}
         for k in op.outputs:
             grads.pop(k, None)
         for k, (v, n) in given:
             grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
+        now = {a for n, a in grads.values()}
+        # what the op leaves freed, one hole (backward_run): its temporaries and the
+        # gradients no longer in flight
+        holes.append(sum([A(size[o])] * bo + [pc] + [A(n) for a, n in was.items() if a not in now]))
     return peak
+
+
+def backward_run(arrays, holes) -> int:
+    """Heap a backward op's largest new array (dx, an activation's gradient, a part's
+    gradient) needs beyond the live data where no hole the passes have freed takes it:
+    the part of it longer than the largest hole, at most the holes' bytes; none when
+    nothing was freed.  holes: the forward pass's freed arrays (forward_peak), then per
+    backward op one hole of what it freed (its temporaries and the gradients it is done
+    with, made one after another and freed together: adjacent on the board).  The saved
+    activations stay until the pass ends (utrain.model.backward), so these holes lie
+    between them.  (Unplanned, the held-out 1-D depthwise-separable net's RELU gradient,
+    24 KB, failed with 77 KB free on the 32-bit fallback: 0.97x its need; and the concat
+    net's PAD gradient, 0.99x.  Each backward op's freed arrays counted as holes of their
+    own, the digits CNN's 2.6 KB gradient went 512 B beyond a 2 KB one: its 64-bit ulab
+    plan over the 96 KB it trains in.)"""
+    if not holes or not arrays:
+        return 0
+    return min(sum(holes), max(0, max(arrays) - max(holes)))
 
 
 def step_wsum(r, wsum, taps=1) -> int:

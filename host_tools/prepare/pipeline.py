@@ -1069,18 +1069,20 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             f'weights the input reaches x{1 / sc:g}: the same model, whose SGD steps on them '
             f'are {1 / sc ** 2:g}x smaller than on the input as given); export folds it back')
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
-    heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
+    # (8-bit samples: the board's input byte buffer, memory.sample_bytes)
+    heap = plan_memory(g, p, dict(s, dtype=dtype), backend, board, cache, fisher, bands, limit)
     if cache or not data or fisher:     # (a cache given wins; the host's needs the samples)
         given.add('cache')
-    heap, p, s, cache, chose = fit_options(model_path, g, p, s, heap, cache, given, limit,
-                                           dict(backend=backend, board=board, fisher=fisher,
-                                                bands=bands), log)
+    heap, p, s, cache, chose = fit_options(model_path, g, p, dict(s, dtype=dtype), heap, cache,
+                                           given, limit, dict(backend=backend, board=board,
+                                                              fisher=fisher, bands=bands), log)
+    s = {k: v for k, v in s.items() if k != 'dtype'}
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
     if not trial:
         over = {}
         heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
-            lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0), over)
+            lambda t: plan_memory(g, p, dict(s, dtype=dtype), backend, t, cache, fisher, 0), over)
         if over:            # (boards whose heap the plan exceeds: over_boards_note)
             heap['over_boards'] = over
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
@@ -1109,6 +1111,9 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         if dtype_given or dtype != 'float32' or getattr(g, 'joined', None):
             raise
         dtype = bytes_fit(model_path, g, xy, board, writes, log)
+        if dtype != 'float32':      # (planned again with its byte buffer, the bands kept)
+            heap = dict(heap, **plan_memory(g, p, dict(s, dtype=dtype), backend, board, cache,
+                                            fisher, 0))
     # (a split that leaves nothing to train: refused before writing)
     n_train = len(ds_split(len(xy[0]), test_split, split_seed)[0]) if xy is not None else None
     if not trial:
