@@ -99,6 +99,25 @@ def test_a_pass_at_the_uniform_guess_is_a_collapse_not_a_low_loss(tmp_path):
     assert _best(run) >= 0.9
 
 
+def _stand_in(monkeypatch, after, before):
+    """The probe's trainer replaced by a stand-in (mse): after(lr) the held loss after a
+    pass at lr, before the held loss before any pass."""
+    from host_tools.prepare import lrprobe
+
+    class Tr:
+        cfg = {'loss': 'mse'}
+
+        def __init__(self, lr):
+            self.lr = lr
+
+    class Ds:
+        def close(self):
+            pass
+    monkeypatch.setattr(lrprobe, '_trainer', lambda *a: (Tr, Ds()))
+    monkeypatch.setattr(lrprobe, '_held_loss',
+                        lambda tr, ds, train, held: after(tr.lr) if train else before)
+
+
 @pytest.mark.parametrize('losses,want', [
     # (an analog-meter CNN from GitHub: its pass diverged at 0.01, and the probe kept 0.01,
     # whose run on_nan's halving left at the uniform guess; 0.0032 learns)
@@ -115,19 +134,8 @@ def test_a_pass_that_diverges_steps_down(monkeypatch, losses, want):
     numpy RuntimeWarnings (they had come through to the user's terminal)."""
     import warnings
     from host_tools.prepare import lrprobe
-
-    class Tr:
-        cfg = {'loss': 'mse'}
-
-        def __init__(self, lr):
-            self.lr = lr
-
-    class Ds:
-        def close(self):
-            pass
-    monkeypatch.setattr(lrprobe, '_trainer', lambda *a: (Tr, Ds()))
-    monkeypatch.setattr(lrprobe, '_held_loss', lambda tr, ds, train, held: (
-        np.exp(np.float32(100)), losses[tr.lr])[1] if train else 13.4)   # (an overflow)
+    _stand_in(monkeypatch, lambda lr: (np.exp(np.float32(100)), losses[lr])[1],  # (an overflow)
+              13.4)
     said = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -166,19 +174,7 @@ def test_a_pass_that_raised_the_loss_at_every_lr_steps_further_down(monkeypatch,
     keeps an lr whose pass raised the loss where another lowered it (a stand-in trainer,
     held loss 4730 before the pass)."""
     from host_tools.prepare import lrprobe
-
-    class Tr:
-        cfg = {'loss': 'mse'}
-
-        def __init__(self, lr):
-            self.lr = lr
-
-    class Ds:
-        def close(self):
-            pass
-    monkeypatch.setattr(lrprobe, '_trainer', lambda *a: (Tr, Ds()))
-    monkeypatch.setattr(lrprobe, '_held_loss',
-                        lambda tr, ds, train, held: losses[tr.lr] if train else 4730.0)
+    _stand_in(monkeypatch, losses.__getitem__, 4730.0)
     said = []
     got = lrprobe.probe_lr('run', {'lr': 0.01, 'files': {'train': 'train.ds'}}, 800, set(),
                            said.append, 'm.tflite', 5e3, budget=lrprobe.MACS_Q8)
