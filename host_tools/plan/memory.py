@@ -847,10 +847,10 @@ def fresh_run(arrays, holes) -> int:
     LayerNorm + exact GELU block, 11 output-sized arrays against 6 holes of their size
     and 7 small ones, was charged the part beyond each small hole, 15 KB: 1.3x its need
     on 32-bit); arrays past the last hole go where the free heap is one run, nothing
-    beyond themselves; none before the pass frees anything: the free heap is one run then.  (A CONCATENATION of two 21 KB maps into a
-    42 KB one after 18 KB ones, 32-bit ulab: it failed with 81 KB free and no 42 KB run.
-    One largest hole for every array, ONNX c2's RELU6 after a 1 -> 6 depthwise, banded
-    after it on 32-bit ulab, made two 3.4 KB arrays where the depthwise had freed one
+    beyond themselves; none before the pass frees anything: the free heap is one run
+    then.  (A CONCATENATION of two 21 KB maps into a 42 KB one after 18 KB ones, 32-bit
+    ulab: it failed with 81 KB free and no 42 KB run.  One largest hole for every array,
+    ONNX c2's RELU6 after a 1 -> 6 depthwise, banded after it on 32-bit ulab, made two 3.4 KB arrays where the depthwise had freed one
     3.4 KB spread copy and a 2 KB piece: it failed with 17 KB free, planned no run.)
     Never more than the holes' bytes: an array no hole takes goes where the free heap is
     one run, and what it costs beyond the live data is the holes it leaves behind, at most
@@ -905,16 +905,14 @@ def backward_peak(r) -> int:
         # gave it first) is summed into a new array (utrain.model add_grad: old + d):
         # counted for the ops whose figures are their own (bwd_of: dx alone); the
         # default figures' two input-sized arrays stand for dx and that sum
-        sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
+        # (the arrays it makes: its outputs and temporaries, the gradients above, those sums)
         made = [A(size[o])] * bo + [A(n_in)] * (bi if flags & 1 else 0) + [pc] \
             + [A(v) for v, n in more.values() if n not in passed] \
             + [A(v) for k, (v, n) in given if k in grads and spec.bwd_of]
-        run = backward_run(made, holes)
-        need = cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc \
-            + sum(A(v) for v, n in more.values() if n not in passed) + sums \
+        need = cur + sum(made) + spec.taps * A(0) \
             + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows \
             + weight_temps(r, spec, op, 1 if flags & DW else 0)
-        peak = max(peak, need + run)
+        peak = max(peak, need + backward_run(made, holes))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
         dz = grads.get(o, (0, None))[1] if not bo else ('dz', i)
