@@ -2037,20 +2037,14 @@ def _open_shape(vi) -> str:
             'the input or x0, x1, ..)')
 
 
-def open_inputs(model) -> dict:
-    """{input name: its dimensions, None where one after the batch is known only at run
-    time} of ModelProto model's inputs that have such dimensions (torch.onnx.export's
-    dynamic_axes on a sequence's length)."""
+def input_dims(model) -> list:
+    """[(input name, its dimensions, None where known only at run time)] of ModelProto
+    model's inputs that are no initializer, in the file's order ([] for one the file
+    gives no shape)."""
     inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits or not vi.type.tensor_type.HasField('shape'):
-            continue
-        dims = [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else None
-                for d in vi.type.tensor_type.shape.dim]
-        if any(d is None for d in dims[1:]):
-            out[vi.name] = dims
-    return out
+    return [(vi.name, [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else None
+                       for d in vi.type.tensor_type.shape.dim])
+            for vi in model.graph.input if vi.name not in inits]
 
 
 def with_dims(model, dims: dict):

@@ -623,17 +623,13 @@ def dims_from_samples(model_path, data):
     them, None where open; as set)}), or None: no data, not an .onnx file, no such input,
     or the samples do not tell (the reader's refusal then says how to fix the shape).
     prepare's copy (fixed_dims_copy) and evaluate's (infer)."""
-    from ..formats.onnx_io import is_onnx, open_inputs, with_dims, _onnx
+    from ..formats.onnx_io import is_onnx, input_dims, with_dims, _onnx
     if not data or not is_onnx(model_path) or not os.path.isfile(os.fspath(model_path)):
         return None
     try:
         m = _onnx().load(os.fspath(model_path))
-        opens = open_inputs(m)
-        inits = {t.name for t in m.graph.initializer}
-        inputs = [(vi.name, opens.get(vi.name) or
-                   [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else None
-                    for d in vi.type.tensor_type.shape.dim])
-                  for vi in m.graph.input if vi.name not in inits]
+        inputs = input_dims(m)
+        opens = {name: dims for name, dims in inputs if None in dims[1:]}     # (dynamic_axes)
     except Exception:   # noqa: B902 - (the reader says what is wrong with the file)
         return None
     if not opens:
