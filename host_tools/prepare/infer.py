@@ -658,7 +658,6 @@ def _fixed_dims(model, data):
     """A context giving the path of a copy of .onnx model with its input's dimensions
     known only at run time set as data's samples have them (prepare's fixed_dims_copy),
     or None where it has none, or they cannot be told."""
-    import contextlib
     import shutil
     import tempfile
     from .pipeline import dims_from_samples
