@@ -105,12 +105,9 @@ class Q8Trainer:
         f.seek(ds.head + i * ds.rec)
         if f.readinto(self.x) != len(self.x):
             raise ValueError('%s: truncated' % ds.path)
-        if self.y is not None:
-            v = unpack('<%df' % ny, f.read(4 * ny))
-            y = self.y
-            for j in range(ny):
-                y[j] = v[j]
-            return y
+        if self.y is not None:      # (float32 targets, as stored)
+            self.y[:] = unpack('<%df' % ny, f.read(4 * ny))
+            return self.y
         y = unpack('<f', f.read(4))[0]
         k = int(y)
         if not (0 <= k < self.ncls and k == y):
