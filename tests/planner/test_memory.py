@@ -1257,16 +1257,19 @@ def _conv_mean_fc(b, r, x, src, q, channels, classes, path, half=False):
     return b.save(path)
 
 
-def _prepared_on(build, monkeypatch, tmp_path, make, **kw):
-    """(prepare's summary, the folder) of the net make(path) on 8 random 28x28 samples for
-    the 32-bit build $build (skipped without it), its arrays the build's."""
+def _prepared_on(build, monkeypatch, tmp_path, make, shape=(28, 28, 1), classes=4, n=8,
+                 **kw):
+    """(prepare's summary, the folder) of the net make(path) on n random samples of shape
+    (classes labels) for the 32-bit build $build (skipped without it), its arrays the
+    build's."""
     if not os.path.exists(os.environ.get(build) or '/-'):
         pytest.skip(f'${build} names no build')
     monkeypatch.setenv('MICROPYTHON', os.environ[build])
     model = make(str(tmp_path / 'm.circle'))
     rng = np.random.default_rng(3)
     data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((8, 28, 28, 1)).astype(np.float32), y=rng.integers(0, 4, 8))
+    np.savez(data, x=rng.standard_normal((n,) + tuple(shape)).astype(np.float32),
+             y=rng.integers(0, classes, n))
     out = str(tmp_path / 'o')
     return prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
                    log=lambda *a: None, backend='ulab' if build.endswith('ULAB') else 'fallback',
@@ -1989,16 +1992,8 @@ def _dws1d(path, n=64, c=32, m=48, classes=6):
 def _dws1d_on_32bit(tmp_path, monkeypatch, **kw):
     """(plan, folder) of _dws1d on 4 random samples for the 32-bit fallback build
     ($UTRAIN_MP32; skipped without it), staged."""
-    if not os.path.exists(os.environ.get('UTRAIN_MP32') or '/-'):
-        pytest.skip('$UTRAIN_MP32 names no build')
-    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32'])
-    model = _dws1d(str(tmp_path / 'm.circle'))
-    rng = np.random.default_rng(3)
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((4, 1, 64, 4)).astype(np.float32), y=rng.integers(0, 6, 4))
-    out = str(tmp_path / 'o')
-    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
-                log=lambda *a: None, backend='fallback', **kw)
+    s, out = _prepared_on('UTRAIN_MP32', monkeypatch, tmp_path, _dws1d, shape=(1, 64, 4),
+                          classes=6, n=4, **kw)
     runner.stage(out)
     return s['heap']['total'], out
 
