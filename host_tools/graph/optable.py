@@ -588,9 +588,9 @@ def _one_unit_bias(op, g, c) -> bool:
     whose intercept had stayed frozen as a scalar)?"""
     if op.name != 'ADD':
         return False
-    from .edit import producer
     x = op.inputs[1 - c]
-    fc = producer(g, x)
+    # (graph.edit.producer's lookup: edit reads circle_io, whose onnx_io reads optable)
+    fc = next((o for o in g.ops if x in o.outputs), None)
     return fc is not None and fc.name == 'FULLY_CONNECTED' and \
         (len(fc.inputs) < 3 or fc.inputs[2] < 0) and \
         int(g.tensors[x].shape[-1] if g.tensors[x].shape else 0) == 1
