@@ -143,7 +143,9 @@ def drop_two_class_sigmoid(g):
     p) never passes 0.73 and its loss pushes every sample's p on to 0 or 1, where the
     sigmoid's gradient dies.  Removes the SUB and the CONCATENATION from graph g (the file
     keeps them: export writes the trained weights back into it; evaluate scores p) and
-    records the concatenation's number in g.two_class."""
+    records the concatenation's number in g.two_class, its output's name in g.two_class_of
+    (p is no value of a file that computes 1 - p and p in one node: evaluate reads that
+    output's second column)."""
     if len(g.outputs) != 1 or not g.ops:
         return
     cat = g.ops[-1]
@@ -170,6 +172,7 @@ def drop_two_class_sigmoid(g):
         o.index = i
     g.outputs = [p]
     g.two_class = cat.number
+    g.two_class_of = g.tensors[cat.outputs[0]].name
 
 
 def device(path) -> str | None:

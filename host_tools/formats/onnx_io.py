@@ -280,6 +280,8 @@ class _Reader(RecurrentOps):
         self.fills: set = set()     # constants made of no weight: a ConstantOfShape's fill
         #                             and what is folded from fills and shapes alone
         self.consumers: dict[str, list] = {}
+        self.left: dict = {}        # outputs of the node read that it leaves out -> why
+        self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
         self.node = None
 
@@ -482,8 +484,11 @@ class _Reader(RecurrentOps):
                 n_ops = len(self.ops)
                 try:
                     self.step(i, node)
+                    dead.update(self.left)      # (a LinearClassifier's class label)
+                    self.left.clear()
                     continue
                 except ModelError as err:
+                    self.left.clear()
                     del self.ops[n_ops:]
                     first, e = first or err, err
             dead.update((o, e) for o in node.output)
@@ -546,12 +551,16 @@ class _Reader(RecurrentOps):
             # it reads is the output trained, export keeps the ZipMap, evaluate scores that)
             self.alias(node.output[0], ins[0])
             return
+        if node.domain == 'ai.onnx.ml' and hasattr(self, 'ml_' + t):
+            getattr(self, 'ml_' + t)(node, ins, a, i)
+            return
         if node.domain == 'ai.onnx.ml':
             self.err(f'operator domain \'ai.onnx.ml\' is not supported: {t} is a classical '
-                     'machine-learning model\'s (scikit-learn through skl2onnx: trees, '
-                     'linear models, scalers), not a neural network\'s layer; utrain trains '
-                     'neural networks: train one on the same features (Keras, PyTorch, or '
-                     'scikit-learn\'s MLPClassifier / MLPRegressor converted alone) and '
+                     'machine-learning model\'s (scikit-learn through skl2onnx: trees, SVMs, '
+                     'encoders), not a neural network\'s layer; of that domain utrain reads '
+                     'the linear models (LinearRegressor, LinearClassifier), Scaler, '
+                     'Normalizer and ZipMap; else train a neural network on the same features '
+                     '(Keras, PyTorch, or scikit-learn\'s MLPClassifier / MLPRegressor) and '
                      'give utrain its .tflite or .onnx')
         if node.domain not in ('', 'ai.onnx'):
             self.err(f'operator domain {node.domain!r} is not supported')
@@ -632,6 +641,118 @@ class _Reader(RecurrentOps):
                 self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}')
             self.err(f'utrain cannot read ONNX op {t}; supported: {", ".join(SUPPORTED)}')
         h(node, ins, a, i)
+
+    # ---- scikit-learn's linear models (skl2onnx, domain ai.onnx.ml): a layer whose weights
+    # are the node's attributes (export writes them back there: origin 'attr')
+    def _ml_fc(self, node, i, x, W, b, tied=False, out=None):
+        """FULLY_CONNECTED of ONNX value x by W [out, F] and b [out] read from node i's
+        attributes 'coefficients' and 'intercepts' (tied: the file holds [-W; W] and
+        [-b; b], the two classes of a binary logistic regression), into ONNX value out (else
+        a tensor of its own); returns the IR tensor."""
+        xk = self.get(x, 'plain')
+        xs = self.tensors[xk].shape
+        if len(xs) != 2 or xs[1] != W.shape[1]:
+            self.err(f'{W.shape[0] * (1 + tied)} x {W.shape[1]} coefficients for an input of '
+                     f'shape {xs}: the file is damaged; convert the model again')
+        how = 'tied' if tied else 'rows'
+        wk = self.const_tensor(node.output[-1] + '/coefficients', W)
+        bk = self.const_tensor(node.output[-1] + '/intercepts', b)
+        self.origin[self.tensors[wk].name] = ('attr', i, 'coefficients', how)
+        self.origin[self.tensors[bk].name] = ('attr', i, 'intercepts', how)
+        out = self.out(out, 'plain', [xs[0], W.shape[0]]) if out else \
+            self.tensor(node.output[-1] + '/scores', [xs[0], W.shape[0]])
+        self.emit('FULLY_CONNECTED', [xk, wk, bk], [out], fused_activation_function='NONE',
+                  keep_num_dims=False)
+        return out
+
+    def _ml_weights(self, a, n_out=None):
+        W = np.asarray(a.get('coefficients', []), np.float32)
+        b = np.asarray(a.get('intercepts', []), np.float32)
+        n = n_out or len(b) or 1
+        if not W.size or W.size % n or (b.size and b.size != n):
+            self.err(f'{W.size} coefficients and {b.size} intercepts do not make {n} rows: the '
+                     'file is damaged; convert the model again')
+        return W.reshape(n, -1), (b if b.size else np.zeros(n, np.float32))
+
+    def _ml_post(self, a, allowed):
+        pt = a.get('post_transform', b'NONE')
+        pt = pt.decode() if isinstance(pt, bytes) else str(pt)
+        if pt not in allowed:
+            self.err(f'post_transform {pt} is not supported here (only {", ".join(allowed)})')
+        return pt
+
+    def ml_LinearRegressor(self, node, ins, a, i):
+        """scikit-learn's LinearRegression / Ridge / ... through skl2onnx: Y = X W^T + b."""
+        self._ml_post(a, ('NONE',))
+        W, b = self._ml_weights(a, int(a.get('targets', 1)))
+        self._ml_fc(node, i, ins[0], W, b, out=node.output[0])
+
+    def ml_LinearClassifier(self, node, ins, a, i):
+        """scikit-learn's LogisticRegression (and the other linear classifiers) through
+        skl2onnx: scores X W^T + b, then its post_transform: SOFTMAX (multinomial), NONE
+        (decision scores), or LOGISTIC of a binary model, whose two rows are one
+        negated (P(0) = 1 - P(1)): read as p = sigmoid(w x + b) and Concat(1 - p, p), which
+        trains p with bce (formats.ir.drop_two_class_sigmoid).  The class label output (an
+        ArgMax of the scores) is left out, as a label's ArgMax is."""
+        labels = a.get('classlabels_ints', a.get('classlabels_strings', []))
+        W, b = self._ml_weights(a)
+        pt = self._ml_post(a, ('NONE', 'SOFTMAX', 'LOGISTIC'))
+        if len(labels) != W.shape[0]:
+            self.err(f'{W.shape[0]} rows of coefficients for {len(labels)} classes (a binary '
+                     'model of one row) is not supported: convert it with the rows of both '
+                     'classes (skl2onnx writes them for LogisticRegression)')
+        z = node.output[1] if len(node.output) > 1 else ''
+        label = node.output[0]
+        self.left[label] = ModelError(self.path, f'node {node.name or "(unnamed)"} ('
+                                      f'{node.op_type}): its class label {label!r} is the '
+                                      'largest of its scores (no gradient through it): utrain '
+                                      f'trains the scores, {z!r}')
+        if not z:
+            self.err('it has no scores output, only the class label: ' + _LABEL)
+        n = self.tensors[self.get(ins[0], 'plain')].shape[0]
+        if pt == 'LOGISTIC':
+            if W.shape[0] != 2 or not (np.allclose(W[0], -W[1]) and np.allclose(b[0], -b[1])):
+                self.err('post_transform LOGISTIC of more than two classes (one-vs-rest) is '
+                         'not supported: convert LogisticRegression(multi_class='
+                         '\'multinomial\') (SOFTMAX), the scikit-learn default since 1.5')
+            s = self._ml_fc(node, i, ins[0], W[1:], b[1:], tied=True)
+            p = self._ir('LOGISTIC', [s], z + '/p')
+            q = self._ir('SUB', [self._scalar(z + '/one', 1.0), p], z + '/1-p', [n, 1])
+            self.emit('CONCATENATION', [q, p], [self.out(z, 'plain', [n, 2])], axis=1,
+                      fused_activation_function='NONE')
+            return
+        if pt == 'NONE':
+            self._ml_fc(node, i, ins[0], W, b, out=z)
+            return
+        s = self._ml_fc(node, i, ins[0], W, b)
+        self.emit('SOFTMAX', [s], [self.out(z, 'plain', [n, W.shape[0]])], beta=1.0)
+        self.softmaxed.add(z)
+
+    def ml_Normalizer(self, node, ins, a, i):
+        """skl2onnx's L1 normalisation of a LogisticRegression's softmax: the same values."""
+        norm = a.get('norm', b'MAX')
+        norm = norm.decode() if isinstance(norm, bytes) else str(norm)
+        if norm != 'L1' or ins[0] not in self.softmaxed:
+            self.err(f'a {norm} Normalizer is supported only as skl2onnx writes it after a '
+                     'softmax (L1: the same probabilities)')
+        self.alias(node.output[0], ins[0])
+        self.softmaxed.add(node.output[0])
+
+    def ml_Scaler(self, node, ins, a, i):
+        """scikit-learn's StandardScaler / MinMaxScaler through skl2onnx: (X - offset) *
+        scale, frozen (the statistics of the data it was fit on, no weights to train)."""
+        x = self.get(ins[0], 'plain')
+        xs = self.tensors[x].shape
+        sc = np.asarray(a.get('scale', [1.0]), np.float32)
+        off = np.asarray(a.get('offset', [0.0]), np.float32)
+        if sc.size not in (1, xs[-1]) or off.size not in (1, xs[-1]):
+            self.err(f'scale {sc.size} and offset {off.size} for {xs[-1]} features')
+        y = node.output[0]
+        k1 = self.tensor(y + '/scale', [xs[-1]], np.broadcast_to(sc, [xs[-1]]).copy())
+        k2 = self.tensor(y + '/shift', [xs[-1]], np.broadcast_to(-off * sc, [xs[-1]]).copy())
+        self.tensors[k1].frozen = self.tensors[k2].frozen = True
+        m = self._ir('MUL', [x, k1], y + '/scaled')
+        self._ir('ADD', [m, k2], self.out(y, 'plain', xs))
 
     # ---- ops
     def op_Identity(self, node, ins, a, i):
@@ -2271,8 +2392,21 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
                              'rewrote it); export cannot write it back')
 
     bn_done = set()
+    attrs = {}      # (node number, attribute) -> its new values (a scikit-learn linear model's)
     for name, w in trained.items():
         o = origin.get(name)
+        if o is not None and o[0] == 'attr':
+            _, k, at, how = o
+            node = orig.graph.node[k]
+            have = np.asarray(_attrs(node).get(at, []), np.float64)
+            w = np.asarray(w, np.float64).reshape(start[name].shape if name in start else -1)
+            if have.size:
+                # (the file's values; tied: the second half, the first its negation)
+                check(name, (have[have.size // 2:] if how == 'tied' else have)
+                      .reshape(w.shape).astype(np.float32))
+            attrs[(k, at)] = np.concatenate([-w.ravel(), w.ravel()]) if how == 'tied' \
+                else w.ravel()
+            continue
         if o is None:
             raise ModelError(model_path, f'trained tensor {name!r} comes from no initializer '
                              'of this ONNX model (was it prepared from this file?)')
@@ -2310,10 +2444,17 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
             b = trained[shift_name].reshape(-1) if shift_name in trained else b0
             new[info['scale']] = s * sd
             new[info['B']] = b + mean * s
+    from onnx import helper
+    for (k, at), v in attrs.items():
+        node = orig.graph.node[k]
+        kept = [x for x in node.attribute if x.name != at]
+        del node.attribute[:]
+        node.attribute.extend(kept + [helper.make_attribute(at, [float(f) for f in v])])
     for init, arr in new.items():
         t = inits[init]
         dt = numpy_helper.to_array(t).dtype
         arr = np.asarray(arr).reshape(tuple(t.dims)).astype(dt)
         t.CopyFrom(numpy_helper.from_array(arr, init))
     atomic_write(out_path, orig.SerializeToString())
-    return {'model': os.fspath(model_path), 'tensors': len(new), 'clipped': 0, 'onnx': True}
+    return {'model': os.fspath(model_path), 'tensors': len(new) + len(attrs), 'clipped': 0,
+            'onnx': True}

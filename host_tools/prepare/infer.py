@@ -555,20 +555,27 @@ def several_predictor(path, g):
         onnx_predictor(path)            # (ONNX Runtime installed and loads it)
         import onnxruntime as ort
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
-        if k.name not in {o.name for o in sess.get_outputs()}:
+        name, col = k.name, None
+        if name not in {o.name for o in sess.get_outputs()}:
             # (the tensor a ZipMap output of skl2onnx's MLPClassifier wraps in {class: p}
             # maps: made an output of a copy ORT runs)
             import onnx
             m = onnx.load(os.fspath(path))
-            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(k.name))
+            if name not in {v for n in m.graph.node for v in n.output} and \
+                    getattr(g, 'two_class_of', None):
+                # (p of a binary LinearClassifier, which makes (1 - p, p) in one node)
+                name, col = g.two_class_of, slice(1, 2)
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
             sess = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])
         # (an input only outputs the reader left out read, a Godot RL policy's state_ins:
         # zeros of its type, a sample's shape)
         zeros = {x.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in x.shape],
                                   _ORT_TYPES.get(x.type, np.float32))
                  for x in sess.get_inputs() if x.name not in {t.name for t in ins}}
-        return (lambda feeds, i: sess.run([k.name], dict(
-            zeros, **{t.name: feeds[t.name][i:i + 1] for t in ins}))[0], 'ONNX Runtime')
+        def run(feeds, i):
+            o = sess.run([name], dict(zeros, **{t.name: feeds[t.name][i:i + 1] for t in ins}))[0]
+            return o if col is None else np.asarray(o)[..., col]
+        return run, 'ONNX Runtime'
     from .quant import float_ends       # (a full-int8 file with float ends: int8 inside)
     if any(t.dtype in ('int8', 'uint8') for t in ins + [k]) or float_ends(g):
         if g.identifier != b'TFL3':

@@ -1640,6 +1640,93 @@ def test_two_class_sigmoid_head_trains_its_probability_with_bce(tmp_path):
     assert e['loss_name'] == 'binary cross-entropy' and abs(e['loss'] - bce) < 1e-3, (e, bce)
 
 
+def _skl_linear(path, op, attrs, n_in, outs, graph_outs, extra=(), scaler=None):
+    """An .onnx file as skl2onnx writes a scikit-learn linear model: one ai.onnx.ml node
+    (LinearRegressor, LinearClassifier; outputs outs) whose coefficients and intercepts
+    are attributes, then the nodes extra; graph_outs {name: (type, shape)}, a batch open;
+    scaler: (offset, scale) of a StandardScaler before it (a pipeline's Scaler node)."""
+    from onnx import TensorProto as T, helper
+    pre = [helper.make_node('Scaler', ['float_input'], ['variable1'], domain='ai.onnx.ml',
+                            offset=list(scaler[0]), scale=list(scaler[1]))] if scaler else []
+    node = helper.make_node(op, ['variable1' if scaler else 'float_input'], outs,
+                            domain='ai.onnx.ml', **attrs)
+    g = helper.make_graph(pre + [node] + list(extra), op,
+                          [helper.make_tensor_value_info('float_input', T.FLOAT, [None, n_in])],
+                          [helper.make_tensor_value_info(o, t, s)
+                           for o, (t, s) in graph_outs.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13),
+                                                  helper.make_opsetid('ai.onnx.ml', 1)]), path)
+
+
+@pytest.mark.parametrize('kind', ['regressor', 'scaled', 'multinomial', 'binary'])
+def test_sklearn_linear_models_through_skl2onnx_train(tmp_path, kind):
+    """GitHub files of scikit-learn's LinearRegression and LogisticRegression converted by
+    skl2onnx (one LinearRegressor / LinearClassifier node of the ai.onnx.ml domain, the
+    weights its attributes) were refused as 'a classical machine-learning model, not a
+    neural network's layer', though each is one dense layer.  Now they read as
+    FULLY_CONNECTED (+ SOFTMAX for the multinomial, + sigmoid and (1 - p, p) for a binary
+    model, whose two rows are one negated: p trains with bce), the label is left out
+    (said), training improves them, export writes the trained weights back into the node's
+    attributes (ORT on the export = utrain's trained forward), and evaluate scores them.
+    A pipeline's StandardScaler (a Scaler node) before the model is frozen."""
+    from onnx import TensorProto as T
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(3)
+    xs = r.standard_normal((60, 4)).astype(np.float32)
+    p = os.fspath(tmp_path / 'lin.onnx')
+    if kind in ('regressor', 'scaled'):
+        y = (xs @ np.array([1.0, -2.0, 0.5, 0.0]) + 3.0).astype(np.float32).reshape(-1, 1)
+        _skl_linear(p, 'LinearRegressor', dict(coefficients=[0.5, -1.0, 0.0, 0.3],
+                                               intercepts=[1.0]), 4, ['variable'],
+                    {'variable': (T.FLOAT, [None, 1])},
+                    scaler=([0.1, -0.2, 0.0, 0.3], [1.5, 0.5, 1.0, 2.0]) if kind == 'scaled'
+                    else None)
+        out_name = 'variable'
+    else:
+        n = 3 if kind == 'multinomial' else 2
+        y = (np.argmax(xs[:, :3], 1) if n == 3 else (xs[:, 0] > xs[:, 1])).astype(np.int64)
+        W = (0.3 * r.standard_normal((n, 4))).astype(np.float32)
+        b = np.zeros(n, np.float32)
+        if n == 2:
+            W[0], b[0] = -W[1], -b[1]
+        attrs = dict(classlabels_ints=list(range(n)), coefficients=W.ravel().tolist(),
+                     intercepts=b.tolist(), multi_class=int(n > 2),
+                     post_transform='SOFTMAX' if n > 2 else 'LOGISTIC')
+        from onnx import helper
+        out_name = 'probabilities' if n > 2 else 'probability_tensor'
+        extra = [helper.make_node('Normalizer', ['probability_tensor'], ['probabilities'],
+                                  domain='ai.onnx.ml', norm='L1')] if n > 2 else []
+        _skl_linear(p, 'LinearClassifier', attrs, 4, ['label', 'probability_tensor'],
+                    {'label': (T.INT64, [None]), out_name: (T.FLOAT, [None, n])}, extra)
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    g = read_model(p)
+    if kind not in ('regressor', 'scaled'):
+        assert [n for n, _ in g.onnx_dropped] == ['label']
+    e0 = evaluate(p, os.fspath(tmp_path / 'd.npz'))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.1, epochs=4)
+    assert len(s['trainable']) == 2, s['trainable']
+    if kind == 'binary':
+        assert json.load(open(os.path.join(d, 'train.json')))['loss'] == 'bce'
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    got = sess.run([out_name], {'float_input': xs})[0]
+    mine = utrain_run(d, xs, 'trained.wof')
+    if kind == 'binary':
+        assert np.abs(got[:, 1] - mine[:, 0]).max() < 1e-5
+        assert np.abs(got[:, 0] - (1 - mine[:, 0])).max() < 1e-5
+    else:
+        assert np.abs(got - mine).max() < 1e-4
+    e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    if kind in ('regressor', 'scaled'):
+        assert e['mae'] < 0.5 * e0['mae'], (e0, e)
+    else:
+        assert e['accuracy'] > e0['accuracy'] and e['accuracy'] > 0.8, (e0, e)
+
+
 def test_open_length_is_set_from_the_samples(tmp_path):
     """A GitHub PyTorch Conv1d seq2point model exported with dynamic_axes on its length
     (input [batch, 1, 'time']) was refused: utrain trains a fixed shape.  With --data,
