@@ -1499,7 +1499,7 @@ def test_refusals_of_onnx_files_say_what_to_do(tmp_path):
                                 opset_imports=[helper.make_opsetid('', 17),
                                                helper.make_opsetid('ai.onnx.ml', 3)]), p)
     with pytest.raises(ModelError, match=r"TreeEnsembleRegressor is a classical machine-learning "
-                       r"model's.*train one on the same features"):
+                       r"model's.*reads the linear models.*train a neural network on the same features"):
         read_model(p)
 
 
