@@ -1158,9 +1158,12 @@ class _Reader(RecurrentOps):
         if len(cs) == 1 and cs[0].op_type == 'Add' and out not in \
                 [o.name for o in self.model.graph.output]:
             other = [v for v in cs[0].input if v != out]
-            if len(other) == 1 and other[0] in self.const and \
-                    np.asarray(self.const[other[0]]).size == B.shape[1] and \
-                    np.asarray(self.const[other[0]]).ndim == 1:
+            c = np.asarray(self.const[other[0]]) if len(other) == 1 and \
+                other[0] in self.const else None
+            # (a bias of [N], or [1, N] as skl2onnx writes an MLP's intercepts: the same
+            # broadcast; read apart, the layer had been said to have no bias tensor)
+            if c is not None and c.size == B.shape[1] and c.shape[-1] == B.shape[1] and \
+                    c.ndim <= len(self.oshape(ins[0])):
                 bias = other[0]
                 self.skip.add(self._index(cs[0]))
                 out = cs[0].output[0]

@@ -1727,6 +1727,53 @@ def test_sklearn_linear_models_through_skl2onnx_train(tmp_path, kind):
         assert e['accuracy'] > e0['accuracy'] and e['accuracy'] > 0.8, (e0, e)
 
 
+def test_sklearn_mlp_regressor_intercepts_are_its_layers_biases(tmp_path):
+    """skl2onnx writes an MLP's layers as MatMul + Add of intercepts [1, N] (a GitHub
+    MLPRegressor, bike demand): the reader fused only a bias of [N] into the layer, so
+    prepare said the layers 'have no bias tensor: they train without one (the exported
+    model has none either)', false (the Adds trained them apart, 4 more ops to run and
+    plan).  An Add of [1, N] is the layer's bias now: nothing said, the FULLY_CONNECTED
+    ops have their biases, and export writes them back in the file's [1, N]."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(4)
+    W1, b1 = (0.5 * r.standard_normal((5, 8))).astype(np.float32), np.zeros((1, 8), np.float32)
+    W2, b2 = (0.5 * r.standard_normal((8, 1))).astype(np.float32), np.ones((1, 1), np.float32)
+    inits = [numpy_helper.from_array(v, n) for n, v in
+             (('coefficient', W1), ('intercepts', b1), ('coefficient1', W2), ('intercepts1', b2))]
+    nodes = [helper.make_node('MatMul', ['x', 'coefficient'], ['m']),
+             helper.make_node('Add', ['m', 'intercepts'], ['a']),
+             helper.make_node('Relu', ['a'], ['h']),
+             helper.make_node('MatMul', ['h', 'coefficient1'], ['m1']),
+             helper.make_node('Add', ['m1', 'intercepts1'], ['variable'])]
+    p = os.fspath(tmp_path / 'mlpreg.onnx')
+    onnx.save(helper.make_model(helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [None, 5])],
+        [helper.make_tensor_value_info('variable', T.FLOAT, [None, 1])], inits),
+        opset_imports=[helper.make_opsetid('', 13)]), p)
+    g = read_model(p)
+    assert [o.name for o in g.ops] == ['FULLY_CONNECTED', 'RELU', 'FULLY_CONNECTED']
+    assert all(o.inputs[2] >= 0 for o in g.ops if o.name == 'FULLY_CONNECTED')
+    xs = r.standard_normal((40, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.tanh(xs[:, :1] - xs[:, 1:2]))
+    d, said = os.fspath(tmp_path / 'run'), []
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.05, epochs=2,
+                log=said.append)
+    assert not any('bias' in m for m in said), said
+    assert sorted(s['trainable']) == ['coefficient', 'coefficient1', 'intercepts',
+                                      'intercepts1'], s['trainable']
+    code, out = run(d, python=True, stream=False)
+    assert code == 0, out
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    m = onnx.load(out)
+    assert {t.name: list(t.dims) for t in m.graph.initializer}['intercepts'] == [1, 8]
+    sess = ort.InferenceSession(out, providers=['CPUExecutionProvider'])
+    got = sess.run(None, {'x': xs})[0]
+    assert np.abs(got - utrain_run(d, xs, 'trained.wof')).max() < 1e-5
+    assert not np.array_equal(numpy_helper.to_array(
+        {t.name: t for t in m.graph.initializer}['intercepts1']), b2)
+
+
 def test_open_length_is_set_from_the_samples(tmp_path):
     """A GitHub PyTorch Conv1d seq2point model exported with dynamic_axes on its length
     (input [batch, 1, 'time']) was refused: utrain trains a fixed shape.  With --data,
