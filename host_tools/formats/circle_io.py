@@ -269,6 +269,14 @@ def _kind_of(raw: bytes) -> str | None:
         if e.start < min(len(raw), 4096) - 3:       # (not a character cut at 4096)
             return None
         text = raw[:e.start].decode('utf-8')
+    if text.startswith('version https://git-lfs.github.com/spec/'):
+        # (a file of a repository stored with Git LFS, cloned or downloaded without it)
+        size = next((ln.split()[1] for ln in text.splitlines()[1:]
+                     if ln.startswith('size ') and len(ln.split()) == 2), None)
+        return ('a Git LFS pointer, not the model' + (f' (its {size} bytes are' if size else
+                                                      ' (it is') + ' on the repository\'s LFS '
+                'server): in the clone, `git lfs install` and `git lfs pull` fetch it; or '
+                'download the file itself (GitHub: the file\'s Download button)')
     return 'JSON text' if text.lstrip()[:1] in ('{', '[') else 'text'
 
 

@@ -337,6 +337,29 @@ def test_a_file_given_as_the_model_is_named_for_what_it_is(files, prepared, slot
         assert code == 2 and f'a file; give the folder prepare wrote (its -o), {out}' in err, err
 
 
+@pytest.mark.parametrize('suffix', ['.onnx', '.tflite'])
+def test_a_git_lfs_pointer_or_a_placeholder_given_as_the_model_says_so(tmp_path, suffix):
+    """A model file of a repository stored with Git LFS, cloned without it, is a 3-line
+    text pointer; a GitHub repository's mnist-8.onnx was a line of placeholder text.  As
+    .onnx both had been 'not a valid ONNX model (DecodeError: Error parsing message with
+    type 'onnx.ModelProto')', as .tflite the pointer 'it reads as text': neither said what
+    the file is or how to get the model.  Now the pointer is named, with its size and how
+    to fetch it, and a text .onnx reads as text, as a .tflite does."""
+    lfs = tmp_path / ('m' + suffix)
+    lfs.write_text('version https://git-lfs.github.com/spec/v1\noid sha256:' + '4d' * 32 +
+                   '\nsize 1688196\n')
+    code, err = says(['inspect', lfs])
+    assert code == 2 and 'it reads as a Git LFS pointer, not the model (its 1688196 bytes' in err
+    assert 'git lfs pull' in err and 'Traceback' not in err, err
+    code, err = says(['prepare', lfs, '-o', tmp_path / 'run', '--lr', '0.01'])
+    assert code == 2 and 'Git LFS pointer' in err, err
+    txt = tmp_path / ('t' + suffix)
+    txt.write_text('Real ONNX model would go here...\n')
+    code, err = says(['inspect', txt])
+    assert code == 2 and 'not a model: it reads as text' in err, err
+    assert 'give the model file (.circle, .tflite or .onnx) here' in err, err
+
+
 def test_starting_weights_of_nan_are_refused_before_the_board_trains_on_them(prepared, tmp_path):
     """A .wof has no checksum over its values: a damaged float (NaN) in weights.wof had
     trained to 'loss is nan at epoch 1 sample 1', the learning rate lowered three times,
