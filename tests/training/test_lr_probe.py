@@ -182,6 +182,27 @@ def test_a_pass_that_raised_the_loss_at_every_lr_steps_further_down(monkeypatch,
     assert ('none lowered it' in said[0]) == (want == 1e-08), said
 
 
+@pytest.mark.parametrize('optimizer', ['sgd', 'adam'])
+def test_targets_in_large_units_say_to_train_with_adam(monkeypatch, optimizer):
+    """A GitHub MLPRegressor of bike rentals (counts to 3500, mse 1.9e4 before) diverged at
+    every SGD lr down to 3.2e-6 and the probe kept 1e-08, saying 'as a model made for inputs
+    of another scale can' (its inputs were standardised): the run kept its first weights.
+    The targets' units are what SGD's steps grow with; adam's do not (test MAE 174 -> 111
+    at 0.00032, where SGD at 1e-07 reached 161): the probe says so, for SGD only."""
+    from host_tools.prepare import lrprobe
+    inf = float('inf')
+    losses = {0.01: inf, 0.0032: inf, 0.001: inf, 0.00032: inf, 0.0001: inf, 3.2e-05: 6.6e12,
+              1e-05: 5.3e6, 3.2e-06: inf, 1e-06: 5.2e5, 3.2e-07: 2.1e5, 1e-07: 3.5e4,
+              3.2e-08: 3.2e4, 1e-08: 2.5e4}
+    _stand_in(monkeypatch, losses.__getitem__, 1.91e4)
+    said = []
+    cfg = {'lr': 0.01, 'files': {'train': 'train.ds'}, 'loss': 'mse', 'optimizer': optimizer}
+    assert lrprobe.probe_lr('run', cfg, 800, set(), said.append, 'm.onnx', 5e3,
+                            budget=lrprobe.MACS_Q8) == 1e-08
+    assert ('--optimizer adam' in said[0]) == (optimizer == 'sgd'), said
+    assert ('inputs of another scale' in said[0]) == (optimizer == 'adam'), said
+
+
 @pytest.mark.parametrize('scale', [1.0, 0.3])
 def test_inputs_at_the_models_scale_keep_the_default(tmp_path, scale):
     said = []
