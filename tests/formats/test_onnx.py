@@ -1658,7 +1658,7 @@ def _skl_linear(path, op, attrs, n_in, outs, graph_outs, extra=(), scaler=None):
                                                   helper.make_opsetid('ai.onnx.ml', 1)]), path)
 
 
-@pytest.mark.parametrize('kind', ['regressor', 'scaled', 'multinomial', 'binary'])
+@pytest.mark.parametrize('kind', ['regressor', 'scaled', 'multinomial', 'binary', 'scores'])
 def test_sklearn_linear_models_through_skl2onnx_train(tmp_path, kind):
     """GitHub files of scikit-learn's LinearRegression and LogisticRegression converted by
     skl2onnx (one LinearRegressor / LinearClassifier node of the ai.onnx.ml domain, the
@@ -1668,7 +1668,9 @@ def test_sklearn_linear_models_through_skl2onnx_train(tmp_path, kind):
     model, whose two rows are one negated: p trains with bce), the label is left out
     (said), training improves them, export writes the trained weights back into the node's
     attributes (ORT on the export = utrain's trained forward), and evaluate scores them.
-    A pipeline's StandardScaler (a Scaler node) before the model is frozen."""
+    A pipeline's StandardScaler (a Scaler node) before the model is frozen; a classifier
+    of decision scores (post_transform NONE: LinearSVC, SGDClassifier) trains them as
+    logits."""
     from onnx import TensorProto as T
     from host_tools.prepare.infer import evaluate
     r = np.random.default_rng(3)
@@ -1683,7 +1685,7 @@ def test_sklearn_linear_models_through_skl2onnx_train(tmp_path, kind):
                     else None)
         out_name = 'variable'
     else:
-        n = 3 if kind == 'multinomial' else 2
+        n = 2 if kind == 'binary' else 3
         y = (np.argmax(xs[:, :3], 1) if n == 3 else (xs[:, 0] > xs[:, 1])).astype(np.int64)
         W = (0.3 * r.standard_normal((n, 4))).astype(np.float32)
         b = np.zeros(n, np.float32)
@@ -1691,11 +1693,13 @@ def test_sklearn_linear_models_through_skl2onnx_train(tmp_path, kind):
             W[0], b[0] = -W[1], -b[1]
         attrs = dict(classlabels_ints=list(range(n)), coefficients=W.ravel().tolist(),
                      intercepts=b.tolist(), multi_class=int(n > 2),
-                     post_transform='SOFTMAX' if n > 2 else 'LOGISTIC')
+                     post_transform={'binary': 'LOGISTIC', 'scores': 'NONE'}.get(kind,
+                                                                                 'SOFTMAX'))
         from onnx import helper
-        out_name = 'probabilities' if n > 2 else 'probability_tensor'
+        out_name = 'probabilities' if kind == 'multinomial' else 'probability_tensor'
         extra = [helper.make_node('Normalizer', ['probability_tensor'], ['probabilities'],
-                                  domain='ai.onnx.ml', norm='L1')] if n > 2 else []
+                                  domain='ai.onnx.ml', norm='L1')] if kind == 'multinomial' \
+            else []
         _skl_linear(p, 'LinearClassifier', attrs, 4, ['label', 'probability_tensor'],
                     {'label': (T.INT64, [None]), out_name: (T.FLOAT, [None, n])}, extra)
     np.savez(tmp_path / 'd.npz', x=xs, y=y)
