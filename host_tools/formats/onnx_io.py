@@ -716,7 +716,7 @@ class _Reader(RecurrentOps):
                          'not supported: convert LogisticRegression(multi_class='
                          '\'multinomial\') (SOFTMAX), the scikit-learn default since 1.5')
             s = self._ml_fc(node, i, ins[0], W[1:], b[1:], tied=True)
-            p = self._ir('LOGISTIC', [s], z + '/p')
+            p = self._ir('LOGISTIC', [s], z + '[:, 1]')     # (P(1), the column evaluate scores)
             q = self._ir('SUB', [self._scalar(z + '/one', 1.0), p], z + '/1-p', [n, 1])
             self.emit('CONCATENATION', [q, p], [self.out(z, 'plain', [n, 2])], axis=1,
                       fused_activation_function='NONE')
