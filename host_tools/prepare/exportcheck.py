@@ -157,6 +157,31 @@ def activation_ranges(run_dir, wof_path, g, x) -> dict:
     return {g.tensors[k].name: (float(lo[k]), float(hi[k])) for k in lo}
 
 
+def dead_relu(run_dir, g, params, x, model_path) -> str | None:
+    """A warning when a ReLU of g (a fused RELU or RELU6, or the op) is 0 on every sample of
+    x (a few training samples, as the model takes them) while parameters at or before it
+    train: no gradient passes it, so they do not learn (the Arduino tutorial's gesture MLP
+    from GitHub, on its own repository's gestures: all 50 first-layer ReLUs off, every run
+    kept its first weights and nothing said why); else None.  run_dir: the prepared float
+    folder (model.flat, weights.wof)."""
+    if not len(x) or not params:
+        return None
+    ranges = activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x)
+    first = next((i for i, op in enumerate(g.ops) if set(op.inputs) & set(params)), None)
+    dead = [op for i, op in enumerate(g.ops) if first is not None and i >= first and (
+        op.name in ('RELU', 'RELU6') or op.options.get('fused_activation_function') in
+        ('RELU', 'RELU6')) and ranges.get(g.tensors[op.outputs[0]].name, (0, 1))[1] <= 0]
+    if not dead:
+        return None
+    op = dead[-1]
+    n = int(np.prod(g.tensors[op.outputs[0]].shape[1:]))
+    return (f'{model_path}: warning: op {op.number} {op.name}: all {n} of its ReLU outputs '
+            f'are 0 on the {len(x)} training samples looked at (every unit off): no '
+            'gradient passes it, so it and the layers before it will not learn from these '
+            'samples; check that they are in the units the model was made for (its input '
+            'normalisation, applied to x): a layer off on all of them is rare on its own data')
+
+
 def tie_bounds(og, bounds) -> None:
     """The constants of og's MAXIMUMs and MINIMUMs {tensor: real values} quantized at
     their op's output scale and zero point (its other input's: one scale, recalibrate's)."""

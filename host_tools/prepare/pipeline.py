@@ -1131,6 +1131,11 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if stored:
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
+    if not trial and xy is not None and dtype == 'float32' and not stored:
+        from .exportcheck import dead_relu
+        warn = dead_relu(out_dir, g, p.params, np.asarray(xy[0][:32]), model_path)
+        if warn:
+            log(warn)
     if not trial:
         from .select import step_macs, layer_macs
         # (a cached frozen prefix: the probe runs it once a sample, then the ops above)

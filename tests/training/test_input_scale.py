@@ -248,3 +248,38 @@ def test_int8_codes_given_as_samples_are_told_apart(tmp_path):
         from host_tools.prepare.infer import evaluate
         r = evaluate(model, os.fspath(tmp_path / f'{name}.npz'))
         assert ("x looks like that input's int8 codes" in (r.get('warning') or '')) == warned, r
+
+
+@pytest.mark.parametrize('offset', [0.0, 1.0])
+def test_a_relu_layer_off_on_every_sample_is_warned_of(tmp_path, offset):
+    """The Arduino tutorial's gesture MLP from GitHub (xlxys/gesture-classifier-arduino),
+    on its own repository's gestures normalised as its sketch does: all 50 first-layer
+    ReLUs are 0 on every sample, so no gradient reaches that layer (nor any before it);
+    every run kept its first weights and nothing said why.  prepare now warns, naming the
+    op, when a ReLU at or after a trained layer is off on all the samples it looks at;
+    samples that turn some units on are not warned of."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, z, y = b.tensor('x', [1, 6]), b.tensor('h', [1, 8]), b.tensor('z', [1, 2]), \
+        b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, 6], data=np.float32(
+        np.abs(rng.standard_normal((8, 6))))), b.tensor('b1', [8], data=np.full(8, -3, np.float32))],
+        [h], fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [h, b.tensor('w2', [2, 8], data=np.float32(rng.standard_normal((2, 8)))),
+                             b.tensor('b2', [2], data=np.zeros(2, np.float32))], [z])
+    b.op('SOFTMAX', [z], [y], beta=1.0)
+    b.inputs(x)
+    b.outputs(y)
+    model = b.save(os.fspath(tmp_path / 'm.tflite'))
+    xs = np.float32(rng.uniform(0, 0.4, (40, 6)) + offset)   # (0..0.4: every unit below 0)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs[:, 0] > xs[:, 1]).astype(np.int64))
+    said = []
+    prepare(model, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'), lr=LR,
+            log=said.append)
+    warned = [m for m in said if 'ReLU outputs are 0' in m]
+    if offset:
+        assert not warned, said
+    else:
+        assert len(warned) == 1 and 'op 0 FULLY_CONNECTED: all 8 of its ReLU outputs' in \
+            warned[0] and 'on the 32 training samples looked at' in warned[0], said
