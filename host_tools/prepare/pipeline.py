@@ -1131,9 +1131,14 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if stored:
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
-    if not trial and xy is not None and dtype == 'float32' and not stored:
+    if not trial and xy is not None and dtype == 'float32' and not stored and len(xy[0]):
         from .exportcheck import dead_relu
-        warn = dead_relu(out_dir, g, p.params, np.asarray(xy[0][:32]), model_path)
+        from .select import layer_macs
+        # (up to 32 samples spread over the data, fewer for a large model: about 5e7
+        # multiply-adds, a second or two of utrain's float kernels on the host)
+        n = max(4, min(32, int(5e7 // max(1, sum(layer_macs(g, op) for op in g.ops)))))
+        pick = np.unique(np.linspace(0, len(xy[0]) - 1, min(n, len(xy[0]))).astype(int))
+        warn = dead_relu(out_dir, g, p.params, np.asarray(xy[0])[pick], model_path)
         if warn:
             log(warn)
     if not trial:
