@@ -69,6 +69,24 @@ def _held_loss(tr, ds, train, held):
     return float(loss) if np.isfinite(loss) else float('inf')
 
 
+def _first_lr(lr, start, loss):
+    """The lr the probe's first pass takes: the run's (lr), or for an mse loss whose held
+    loss before any pass (start) is above 1, lr / start on the probe's sqrt(10) steps: a
+    regression's targets far from unit scale, whose error and last-layer weights each
+    scale the gradients below them (each about sqrt(start)).  On held-out regressions
+    (Keras Conv1D nets made for targets within +-100 and +-1e4, held losses 838 and
+    3.5e7 before a pass; float and int8) the best of a decade grid was 1e-5 and 1e-10 /
+    1e-9, where a probe stepping down from 0.01 took 3.2e-7 / 3.2e-5 (its short passes
+    barely told them apart) and 0.01 (every lr to 1e-5 diverged) / 0.001 (a pass that
+    lowered the loss by luck, and the run never beat its first weights); earlier ones
+    agree: targets within +-10, +-1000 at 0.001, 1e-7, a VLP position net in mm
+    (held loss ~3000) at 3.2e-6 to 1e-5."""
+    import math
+    if loss != 'mse' or not 1 < start < float('inf'):
+        return lr
+    return float('%.2g' % (lr * STEP ** -round(2 * math.log10(start))))
+
+
 def updates_ok(p, cfg, own):
     """May the probe go above the lr?  Only where its pass of p samples held UPDATES
     updates (one update of a batch of 1000 barely moves the loss at any lr the run can
@@ -217,13 +235,14 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         tr0 = make(lr0)
         flat = _uniform(tr0)
         start = _held_loss(tr0, ds, (), held)
-        tried = [(lr0, _held_loss(make(lr0), ds, train, held))]
+        lr1 = _first_lr(lr0, start, cfg.get('loss'))     # (from here: the steps' centre)
+        tried = [(lr1, _held_loss(make(lr1), ds, train, held))]
         # (where the lr clearly lowered the held loss, one step above it: a regression on
         # targets within +-0.1 learned at 0.01 to a test MAE of 0.034 where 0.1 reached
         # 0.027; kept only where its pass leaves the loss clearly lower still, ABOVE)
         above = None
         if tried[0][1] < STILL * start and not flat(tried[0][1]) and updates_ok(p, cfg, own):
-            above = (float('%.2g' % (lr0 * STEP)), None)
+            above = (float('%.2g' % (lr1 * STEP)), None)
             above = (above[0], _held_loss(make(above[0]), ds, train, held))
         # (up only where the pass held UPDATES updates: one update of a batch of 1000
         # barely moves the loss at any lr the run can take for ten epochs; and never
@@ -231,7 +250,7 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # (and never where the pass raised the loss by more: that is harm, down)
         up = STILL * start <= tried[0][1] <= start / STILL and updates_ok(p, cfg, own)
         # (down past STEPS, to FAR within the budget, while every lr tried clearly
-        # raised the held loss and one at least did not diverge: an int8 regression
+        # raised the held loss or diverged: an int8 regression
         # on targets in the thousands (a VLP position net, mm) raised it 10^3-10^8 times
         # from 0.01 to 0.00032, not in order of lr, and learned at 3.2e-6)
         # (and past the first that did not, one more: a lower one may lower it more)
@@ -239,13 +258,15 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS) - bool(above))
         last = min(steps, far)
         for k in range(1, (min(steps, UP) if up else far) + 1):
-            lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
+            lr = float('%.2g' % (lr1 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
             # (a classifier's pass that fell to the uniform guess from a start that was
-            # not is no loss to stop at: down, as harm, until one lowers it otherwise)
+            # not is no loss to stop at: down, as harm, until one lowers it otherwise;
+            # and a pass that diverged at every lr so far is harm too: a Keras Conv1D
+            # regression on targets within +-1e4 overflowed at 0.01 to 1e-5, where the
+            # probe stopped, and learned at 1e-9 to 1e-10)
             least = min([l for _, l in tried if not flat(l) or flat(start)] or [float('inf')])
-            harm = start / STILL < least < float('inf') or least == float('inf') and any(
-                l < float('inf') for _, l in tried)
+            harm = start / STILL < least
             last = max(steps, k + 2) if harm else last
             # (down: an lr that barely moved the loss where none tried lowered it ends
             # it: lower ones move it less, none clearly below: samples with nothing the
@@ -292,18 +313,24 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
                  l <= (least if up or least >= start else min(least / CLEARLY, start))),
                 None)
     best = next(lr for lr, l in tried if l == least) if best is None else best
-    if best == lr0 or up and not least < STILL * start:
-        return None     # (up: only where a higher lr moved the held loss clearly)
-    why = ('barely moved the loss' if up else 'lowered the loss, and one step above it '
-           'clearly more' if best > lr0 else 'diverged' if tried[0][1] == float('inf')
+    if up and not least < STILL * start:
+        best = lr1      # (up: only where a higher lr moved the held loss clearly)
+    if best == lr0:
+        return None
+    why = ('was the best of those tried' if best == lr1 else 'barely moved the loss' if up else
+           'lowered the loss, and one step above it clearly more' if best > lr1
+           else 'diverged' if tried[0][1] == float('inf')
            else 'fell to the uniform guess' if tried[0][1] in fell
            else 'left a clearly higher loss')
+    scaled = '' if lr1 == lr0 else (
+        f' (mse from a held loss of {start:.3g} before any pass: the first lr {lr0:g} / '
+        f'{start:.3g}, targets far from unit scale scale the gradients)')
     on = (f'on those samples after it (only {n_train} training samples: none held out)'
           if own else 'on other training samples')
-    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {p} samples {why} {on} '
+    log(f'{model_path}: lr {best:g}: at {lr1:g}{scaled} one pass of {p} samples {why} {on} '
         f'(before: {start:.3g}, '
         + ', '.join(f'lr {lr:g}: {l:.3g}' for lr, l in tried)
-        + ('' if up or best > lr0 else '; as a model made for inputs of another scale can')
+        + ('' if up or best >= lr1 else '; as a model made for inputs of another scale can')
         + ('; none lowered it: the run may keep its first weights' if least >= start else '')
         + '); --lr sets another')
     return best

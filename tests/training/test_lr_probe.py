@@ -99,10 +99,13 @@ def test_a_pass_at_the_uniform_guess_is_a_collapse_not_a_low_loss(tmp_path):
     assert _best(run) >= 0.9
 
 
-def _stand_in(monkeypatch, after, before, classes=0):
+def _stand_in(monkeypatch, after, before, classes=0, scaled=False):
     """The probe's trainer replaced by a stand-in (mse; classes: scce over that many):
-    after(lr) the held loss after a pass at lr, before the held loss before any pass."""
+    after(lr) the held loss after a pass at lr, before the held loss before any pass; its
+    steps from 0.01 (scaled: from where an mse loss of before puts the first lr)."""
     from host_tools.prepare import lrprobe
+    if not scaled:
+        monkeypatch.setattr(lrprobe, '_first_lr', lambda lr, start, loss: lr)
 
     class Tr:
         cfg = {'loss': 'scce' if classes else 'mse'}
@@ -123,8 +126,12 @@ def _stand_in(monkeypatch, after, before, classes=0):
     # (an analog-meter CNN from GitHub: its pass diverged at 0.01, and the probe kept 0.01,
     # whose run on_nan's halving left at the uniform guess; 0.0032 learns)
     ({0.01: float('inf'), 0.0032: 2.32, 0.001: 2.53, 0.00032: 3.94, 0.0001: 7.95}, 0.0032),
-    ({0.01: float('inf'), 0.0032: float('inf'), 0.001: float('inf'), 0.00032: float('inf'),
-      0.0001: float('inf'), 3.2e-05: float('inf'), 1e-05: float('inf')}, None)])
+    # (every lr diverged: down to the floor, 1e-10, as harm; a Keras Conv1D regression on
+    # targets within +-1e4 overflowed at 0.01 to 1e-5, where the probe had stopped, and
+    # learned at 1e-9 to 1e-10)
+    ({float('%.2g' % (0.01 * 10 ** (-k / 2))): float('inf') for k in range(17)}, None),
+    ({**{float('%.2g' % (0.01 * 10 ** (-k / 2))): float('inf') for k in range(13)},
+      3.2e-09: 9.0, 1e-09: 5.0, 3.2e-10: 6.0, 1e-10: 8.0}, 1e-09)])
 def test_a_pass_that_diverges_steps_down(monkeypatch, losses, want):
     """The probe's choice from the held losses a pass leaves (a stand-in trainer): a pass
     that diverged at the lr is harm, down to the first lr that did not; only where every
@@ -146,7 +153,7 @@ def test_a_pass_that_diverges_steps_down(monkeypatch, losses, want):
     assert len(said) == 1 and 'diverged' in said[0], said
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], caught
     if want is None:
-        assert 'found no lr that trains' in said[0] and '0.01 down to 1e-05' in said[0] and \
+        assert 'found no lr that trains' in said[0] and '0.01 down to 1e-10' in said[0] and \
             'what the model was made for' in said[0] and '--lr' in said[0], said
 
 
@@ -213,6 +220,33 @@ def test_a_pass_that_raised_the_loss_at_every_lr_steps_further_down(monkeypatch,
                            said.append, 'm.tflite', 5e3, budget=lrprobe.MACS_Q8)
     assert got == want, said
     assert ('none lowered it' in said[0]) == (want == 1e-10), said
+
+
+@pytest.mark.parametrize('before,losses,want', [
+    # (a Keras Conv1D regression made for targets within +-100: from 0.01 the probe took
+    # 3.2e-7, test MAE about 14 from 23.5, where 1e-5 reached 9.2; its trace from 1e-5)
+    (838.0, {1e-05: 700.0, 3.2e-05: 1.1e3, 3.2e-06: 820.0, 1e-06: 830.0, 3.2e-07: 835.0,
+             1e-07: 837.0, 3.2e-08: 838.0, 1e-08: 838.0}, 1e-05),
+    # (the same made for +-1e4: every lr from 0.01 to 1e-5 diverged and the probe kept
+    # 0.01; the grid's best 1e-10, test MAE 1055 from 3777; the first lr here 3.2e-10)
+    (3.5e7, {3.2e-10: 2.0e7, 1e-09: 1.6e7, 1e-10: 2.5e7, 3.2e-11: 3.0e7, 1e-11: 3.3e7,
+             3.2e-12: 3.4e7, 1e-12: 3.45e7, 3.2e-13: 3.5e7}, 3.2e-10),
+    # (targets of unit scale: from 0.01, as before)
+    (0.9, {0.01: 0.5, 0.032: 0.45, 0.0032: 0.6, 0.001: 0.8, 0.00032: 0.88, 0.0001: 0.9,
+           3.2e-05: 0.9, 1e-05: 0.9}, None)])
+def test_an_mse_loss_far_from_unit_scale_starts_at_its_own_lr(monkeypatch, before, losses,
+                                                              want):
+    """An mse loss whose held loss before any pass is above 1 (targets far from unit
+    scale: their error and the last layer's weights each scale the gradients below) has
+    its first pass at lr / that loss, on the probe's steps, and steps from there (a
+    stand-in trainer)."""
+    from host_tools.prepare import lrprobe
+    _stand_in(monkeypatch, losses.__getitem__, before, scaled=True)
+    said = []
+    got = lrprobe.probe_lr('run', {'lr': 0.01, 'loss': 'mse', 'files': {'train': 'train.ds'}},
+                           400, set(), said.append, 'm.tflite', 5e3, budget=lrprobe.MACS_Q8)
+    assert got == want, said
+    assert want is None or f'the first lr 0.01 / {before:.3g}' in said[0], said
 
 
 def test_inputs_at_the_models_scale_keep_the_default(tmp_path):
