@@ -315,12 +315,13 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     best = next(lr for lr, l in tried if l == least) if best is None else best
     if up and not least < STILL * start:
         best = lr1      # (up: only where a higher lr moved the held loss clearly)
+    first = next(l for lr, l in tried if lr == lr1)     # (the first pass's)
     if best == lr0:
         return None
     why = ('was the best of those tried' if best == lr1 else 'barely moved the loss' if up else
            'lowered the loss, and one step above it clearly more' if best > lr1
-           else 'diverged' if tried[0][1] == float('inf')
-           else 'fell to the uniform guess' if tried[0][1] in fell
+           else 'diverged' if first == float('inf')
+           else 'fell to the uniform guess' if first in fell
            else 'left a clearly higher loss')
     scaled = '' if lr1 == lr0 else (
         f' (mse from a held loss of {start:.3g} before any pass: the first lr {lr0:g} / '
