@@ -1154,7 +1154,7 @@ def longest_last(n_ops, planned, limit):
             est = planned('last:%d' % mid)
         except ValueError:
             est = None
-        est, lim = est if isinstance(est, tuple) else (est, limit)
+        est, lim = est[:2] if isinstance(est, tuple) else (est, limit)
         if est is not None and est <= (limit if lim is None else lim):
             best, lo = mid, mid + 1
         elif est is None:
@@ -1173,7 +1173,9 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     every suggestion (as `inspect` and --train last:N count); planned(train, ranks,
     settings, cache, backend) is the heap plan as prepare would plan that candidate (the
     rewrites differ with what trains, so each is planned on its own rewritten graph):
-    its total, or (total, the limit it must fit), or None when it trains nothing."""
+    its total, or (total, the limit it must fit[, what prepare then does to fit that the
+    flags do not say: 'the frozen early layers computed in row bands']), or None when it
+    trains nothing."""
     from ..graph.passes import RANK_NAMES
     from ..graph.optable import SPECS
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
@@ -1242,7 +1244,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             est = planned(tr, rk, s, c, b)
         except ValueError:
             continue
-        est, lim = est if isinstance(est, tuple) else (est, limit)
+        est, lim, *how = est if isinstance(est, tuple) else (est, limit)
         if est is not None and est <= (limit if lim is None else lim):
             if isinstance(tr, str) and tr.startswith('last:'):
                 key = (tuple(sorted((n, s[n]) for n in new)), c, b)    # what else changes
@@ -1252,7 +1254,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)' + (
                 '' if b == backend else ' on a firmware with ' + ' and '.join(
                     ['ulab'] * b.startswith('ulab') + ['utrain frozen in (boards/freeze.md)']
-                    * b.endswith('frozen'))))
+                    * b.endswith('frozen'))) + ''.join(f' with {w}' for w in how if w))
             if len(fits) >= 3:
                 break
     if not fits:

@@ -10,7 +10,8 @@ barely moved at 0.01.  The probe trains the prepared run folder on the host (the
 board's own code: utrain.trainer, or utrain.q8train for an int8 run) for one short pass
 of a few training samples at the lr, judged by the loss on other training samples
 (never the test split), and steps the lr by sqrt(10) down where that pass did harm, or
-up where it barely moved, and says what it chose.  A run that caches its frozen prefix
+up where it barely moved (one step up where it lowered the loss: kept where clearly
+lower still), and says what it chose.  A run that caches its frozen prefix
 trains only the part above it on the prefix's outputs, and so does the probe; 8-23
 training samples are judged on their own loss after the pass; a pass too costly (an
 int8 run's budget its own: its trainer costs the host more a multiply-add) probes
@@ -30,11 +31,13 @@ LEAST = 8           # a pass (and its held samples) shrunk to fit MACS: at least
 CLEARLY = 0.7       # a lower lr wins where its held loss is below this share of the higher's
 STEP = 10 ** 0.5    # each lr tried is the last over this (0.01, 0.0032, 0.001, ...)
 STEPS = 6           # at most lr / STEP**STEPS...
-FAR = 12            # ...or this many where every lr tried clearly raised the held loss
+FAR = 16            # ...or this many where every lr tried clearly raised the held loss
 UP = 4              # at most lr * STEP**UP
 UPDATES = 8         # going up takes a pass of at least this many updates
 STILL = 0.97        # a held loss within this share of where it began (either way) barely moved
 GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
+ABOVE = 0.7         # where the lr lowered the held loss, one step up wins where its pass
+#                     leaves it below this share of the lr's
 MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy)
 MACS_Q8 = 1.2e9     # ...of an int8 run (about 10-20 s: utrain.q8train under CPython took 9-16
 #                     ns a q8_macs multiply-add on DS-CNN and MobileNet tables, 3-4 times the
@@ -64,6 +67,32 @@ def _held_loss(tr, ds, train, held):
         if close:
             close()
     return float(loss) if np.isfinite(loss) else float('inf')
+
+
+def _first_lr(lr, start, loss):
+    """The lr the probe's first pass takes: the run's (lr), or for an mse loss whose held
+    loss before any pass (start) is above 1, lr / start on the probe's sqrt(10) steps: a
+    regression's targets far from unit scale, whose error and last-layer weights each
+    scale the gradients below them (each about sqrt(start)).  On held-out regressions
+    (Keras Conv1D nets made for targets within +-100 and +-1e4, held losses 838 and
+    3.5e7 before a pass; float and int8) the best of a decade grid was 1e-5 and 1e-10 /
+    1e-9, where a probe stepping down from 0.01 took 3.2e-7 / 3.2e-5 (its short passes
+    barely told them apart) and 0.01 (every lr to 1e-5 diverged) / 0.001 (a pass that
+    lowered the loss by luck, and the run never beat its first weights); earlier ones
+    agree: targets within +-10, +-1000 at 0.001, 1e-7, a VLP position net in mm
+    (held loss ~3000) at 3.2e-6 to 1e-5."""
+    import math
+    if loss != 'mse' or not 1 < start < float('inf'):
+        return lr
+    return float('%.2g' % (lr * STEP ** -round(2 * math.log10(start))))
+
+
+def updates_ok(p, cfg, own):
+    """May the probe go above the lr?  Only where its pass of p samples held UPDATES
+    updates (one update of a batch of 1000 barely moves the loss at any lr the run can
+    take for ten epochs) and was judged on other samples (a higher lr fits the pass's own
+    samples better)."""
+    return p // max(1, int(cfg.get('batch', 1))) >= UPDATES and not own
 
 
 def _uniform(tr):
@@ -171,9 +200,13 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     from GitHub diverged at 0.01, and the run's halving left it at the uniform guess,
     where 0.0032 learns).  Where the pass at the lr left the held loss within STILL of
     where it began, up the steps while the drop from there grows GROWS times a step (as
-    it does where the lr is too small to bend), keeping the least; else down until a
-    loss is twice the least so far, keeping the largest lr within 1/CLEARLY of the
-    least.  At most STEPS (UP up), or budget multiply-adds (None: MACS; an int8 run's:
+    it does where the lr is too small to bend), keeping the least; where it clearly
+    lowered the held loss, one step above it too (kept where its loss is below ABOVE x
+    the lr's); else down until a loss is twice the least so far, keeping the largest lr
+    within 1/CLEARLY of the least (a classifier's collapse to the uniform guess never,
+    where another lr lowered the loss).  A pass before any (the start), the lr's, at
+    most one above, then at most STEPS (UP up; FAR down while every lr did harm), within
+    budget multiply-adds (None: MACS; an int8 run's:
     MACS_Q8): macs, a training step's (of the trained part where the run caches its
     frozen prefix: cache, the float run's setting, or an int8 prefix table; prefix_macs,
     the prefix's a sample, once); where a pass costs more, fewer samples (_plan)."""
@@ -202,26 +235,38 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         tr0 = make(lr0)
         flat = _uniform(tr0)
         start = _held_loss(tr0, ds, (), held)
-        tried = [(lr0, _held_loss(make(lr0), ds, train, held))]
+        lr1 = _first_lr(lr0, start, cfg.get('loss'))     # (from here: the steps' centre)
+        tried = [(lr1, _held_loss(make(lr1), ds, train, held))]
+        # (where the lr clearly lowered the held loss, one step above it: a regression on
+        # targets within +-0.1 learned at 0.01 to a test MAE of 0.034 where 0.1 reached
+        # 0.027; kept only where its pass leaves the loss clearly lower still, ABOVE)
+        above = None
+        if tried[0][1] < STILL * start and not flat(tried[0][1]) and updates_ok(p, cfg, own):
+            above = (float('%.2g' % (lr1 * STEP)), None)
+            above = (above[0], _held_loss(make(above[0]), ds, train, held))
         # (up only where the pass held UPDATES updates: one update of a batch of 1000
         # barely moves the loss at any lr the run can take for ten epochs; and never
         # judged on the pass's own samples: a higher lr fits those better)
-        updates = p // max(1, int(cfg.get('batch', 1)))
         # (and never where the pass raised the loss by more: that is harm, down)
-        up = STILL * start <= tried[0][1] <= start / STILL and updates >= UPDATES \
-            and not own
+        up = STILL * start <= tried[0][1] <= start / STILL and updates_ok(p, cfg, own)
         # (down past STEPS, to FAR within the budget, while every lr tried clearly
-        # raised the held loss and one at least did not diverge: an int8 regression
+        # raised the held loss or diverged: an int8 regression
         # on targets in the thousands (a VLP position net, mm) raised it 10^3-10^8 times
         # from 0.01 to 0.00032, not in order of lr, and learned at 3.2e-6)
         # (and past the first that did not, one more: a lower one may lower it more)
-        far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS))
-        last = steps
+        # (the pass above the lr is one of the budget's)
+        far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS) - bool(above))
+        last = min(steps, far)
         for k in range(1, (min(steps, UP) if up else far) + 1):
-            lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
+            lr = float('%.2g' % (lr1 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
-            least = min(l for _, l in tried)
-            harm = start / STILL < least < float('inf')
+            # (a classifier's pass that fell to the uniform guess from a start that was
+            # not is no loss to stop at: down, as harm, until one lowers it otherwise;
+            # and a pass that diverged at every lr so far is harm too: a Keras Conv1D
+            # regression on targets within +-1e4 overflowed at 0.01 to 1e-5, where the
+            # probe stopped, and learned at 1e-9 to 1e-10)
+            least = min([l for _, l in tried if not flat(l) or flat(start)] or [float('inf')])
+            harm = start / STILL < least
             last = max(steps, k + 2) if harm else last
             # (down: an lr that barely moved the loss where none tried lowered it ends
             # it: lower ones move it less, none clearly below: samples with nothing the
@@ -237,6 +282,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         if ds is not None:
             ds.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if above and above[1] < ABOVE * tried[0][1]:
+        tried.insert(0, above)      # (its loss: the least, or within 1/CLEARLY of it)
     least = min(l for _, l in tried)
     if least == float('inf'):
         # (every lr tried diverged: the run's on_nan halving, three times from the lr,
@@ -253,18 +300,32 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     # (going down, a classifier's loss at the uniform guess, ln C, from a start that was
     # not, is a collapse, not a loss to keep within 1/CLEARLY of the least: a GitHub-like
     # CNN on samples at 50x its scale fell to ln 4 at 0.01-0.00032 and learned at 0.0001)
-    fell = [] if up or flat(start) or flat(least) else [l for _, l in tried if flat(l)]
+    # (and where the least is itself at the uniform guess, a collapse loses to an lr
+    # whose pass lowered the loss otherwise: three int8 classifiers from GitHub fell to
+    # exactly ln C at 0.01, below the lower lrs' losses, and their runs never moved again)
+    fell = [] if up or flat(start) else [l for _, l in tried if flat(l)]
+    if fell and not any(l < start for _, l in tried if l not in fell):
+        fell = []
+    least = min(l for _, l in tried if l not in fell)
     # (never an lr whose pass raised the held loss where another lowered it; where
     # none did, the least)
     best = next((lr for lr, l in tried if l not in fell and
                  l <= (least if up or least >= start else min(least / CLEARLY, start))),
                 None)
     best = next(lr for lr, l in tried if l == least) if best is None else best
-    if best == lr0 or up and not least < STILL * start:
-        return None     # (up: only where a higher lr moved the held loss clearly)
-    why = ('barely moved the loss' if up else 'diverged' if tried[0][1] == float('inf')
-           else 'fell to the uniform guess' if tried[0][1] in fell
+    if up and not least < STILL * start:
+        best = lr1      # (up: only where a higher lr moved the held loss clearly)
+    first = next(l for lr, l in tried if lr == lr1)     # (the first pass's)
+    if best == lr0:
+        return None
+    why = ('was the best of those tried' if best == lr1 else 'barely moved the loss' if up else
+           'lowered the loss, and one step above it clearly more' if best > lr1
+           else 'diverged' if first == float('inf')
+           else 'fell to the uniform guess' if first in fell
            else 'left a clearly higher loss')
+    scaled = '' if lr1 == lr0 else (
+        f' (mse from a held loss of {start:.3g} before any pass: the first lr {lr0:g} / '
+        f'{start:.3g}, targets far from unit scale scale the gradients)')
     on = (f'on those samples after it (only {n_train} training samples: none held out)'
           if own else 'on other training samples')
     # (a regression's targets in large units: SGD's steps grow with the error, down to an
@@ -272,13 +333,13 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     # went to 1e-07, test MAE 174 -> 161, where adam at 0.00032 reached 111)
     big = not up and cfg.get('optimizer', 'sgd') == 'sgd' and best <= lr0 * 1e-3 and (
         cfg.get('loss') == 'mse' and start >= 100 or cfg.get('loss') == 'mae' and start >= 10)
-    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {p} samples {why} {on} '
+    log(f'{model_path}: lr {best:g}: at {lr1:g}{scaled} one pass of {p} samples {why} {on} '
         f'(before: {start:.3g}, '
         + ', '.join(f'lr {lr:g}: {l:.3g}' for lr, l in tried)
         + (f'; a {cfg["loss"]} of {start:.3g} before: targets in large units, whose '
            'gradients grow with them, take SGD down to an lr this small, where it barely '
            'moves: --optimizer adam, whose steps are of the lr\'s size whatever the units, '
-           'trains them' if big else '' if up else
+           'trains them' if big else '' if up or best >= lr1 else
            '; as a model made for inputs of another scale can')
         + ('; none lowered it: the run may keep its first weights' if least >= start else '')
         + '); --lr sets another')

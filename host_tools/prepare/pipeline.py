@@ -475,7 +475,8 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
         if cache is not None:
             opts['cache'] = cache
         h = plan_memory(rg, p, settings, back or backend, board, **opts)
-        return h['total'], heap_limit(prof, budget, h)
+        return h['total'], heap_limit(prof, budget, h), (
+            'the frozen early layers computed in row bands' if p.bands else '')
     advice = fit_advice(source, s, train, ranks, backend, limit, heap, planned)
     if budget is not None and limit == parse_budget(budget):
         short = budget_short(model_path, budget, heap, limit, advice)

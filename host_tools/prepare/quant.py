@@ -3150,11 +3150,34 @@ def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log, ke
     return m, tables, heap, {}
 
 
+def settled(g: Graph, s: dict, train, cache, bands, board, limit, ranks=None, model_path='',
+            log=lambda t: None, start=None):
+    """The int8 run prepare writes for these settings, and what its plan is: planned()
+    (start: its (table, tables, heap) where the caller has it), then under a limit
+    (limit(heap) -> bytes, or None) row bands dropped where the plan fits without them
+    (--bands not given), the alias dropped where that fits, SGD state dropped until it
+    fits.  prepare_q8, fit_options and fit_advice all plan through it, so that an option
+    the advice names plans, given, the figure the advice said (the EI MobileNetV1 96 on
+    rp2040 had been advised --batch 1 --cache --train last:4 at 163 KB, the prefix pass in
+    bands, and prepare with those flags planned 227 KB: the bands dropped as it fits).
+    Returns (table, tables, heap, {'nv' / 'wf' / ...: the weight tensors dropped})."""
+    m, tables, heap = start or planned(g, s, train, cache, bands, board, ranks)
+    if bands is None and banded(m, tables):
+        m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
+                                              model_path, log, ranks)
+    m, tables, heap = unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables,
+                                           heap, ranks, model_path, log)
+    return state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log)
+
+
 def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
-    """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
-    SGD, SGD without momentum, with momentum the layers at a channel ratio training their
-    biases alone (momentum's velocities: one a trained weight), the prefix cache, fewer
-    layers trained (--train last:N over the model's ops)."""
+    """Lines naming settings whose int8 run fits limit(heap) (bytes): batch 1, SGD, SGD
+    without momentum, with momentum the layers at a channel ratio training their biases
+    alone (momentum's velocities: one a trained weight), the prefix cache, fewer layers
+    trained (--train last:N over the model's ops).  Each is planned as prepare plans it
+    given those flags (settled: row bands only where the plan needs them, SGD state
+    dropped where that fits), at the figure prepare will plan, saying where the frozen
+    layers run in row bands or state is dropped to fit."""
     from ..graph.passes import RANK_NAMES
     from ..plan.memory import LONGEST, longest_last
     ranks = ranks or None       # (prepare hands {} where no --ranks was given)
@@ -3177,9 +3200,10 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
         s2 = dict(s, **change)
         if tr is LONGEST:
             def total(t, s2=s2, c=c):
-                m, _, h = planned(g, s2, t, c, bands, board, None)
-                return h['total'] if any(d.get('train') for d in m['layers']) else None
-            tr = longest_last(len(g.ops), total, limit)
+                m, _, h, _ = settled(g, s2, t, c, bands, board, limit)
+                return (h['total'], limit(h)) if any(d.get('train') for d in m['layers']) \
+                    else None
+            tr = longest_last(len(g.ops), total, None)
             if tr is None:
                 continue
         new = [k for k in change if (s.get(k) or 0) != change[k]]
@@ -3192,19 +3216,28 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
             continue
         seen.add(desc)
         try:
-            m, _, h = planned(g, s2, tr, c, bands, board, rk)
+            m, tb, h, dropped = settled(g, s2, tr, c, bands, board, limit, rk)
         except ValueError:
             continue
-        if any(d.get('train') for d in m['layers']) and h['total'] <= limit:
+        if any(d.get('train') for d in m['layers']) and h['total'] <= limit(h):
             if tr != train and tr.startswith('last:'):
                 if c in deeper and h['total'] >= deeper[c] - 1024:
                     continue    # trains less than a longer last:N that fits for as much
                 deeper[c] = h['total']
-            out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)')
+            # (what prepare then does to fit that the flags do not say, as it will say it)
+            how = ['the frozen early layers computed in row bands'] * (
+                bands is None and banded(m, tb)) + [
+                what for k, what in (('v8', 'int8 weight velocities'),
+                                     ('nv', 'some weights stepping without momentum'),
+                                     ('wf', 'some weights without int8 fractions'),
+                                     ('nbv', 'the biases stepping without momentum'))
+                if dropped.get(k)]
+            out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)'
+                       + (' with ' + ' and '.join(how) if how else ''))
             if len(out) >= 3:
                 break
     from ..target.runner import roomier
-    return out or ['  nothing tried fits: ' + short_of(heap, limit) + roomier(heap)]
+    return out or ['  nothing tried fits: ' + short_of(heap, limit(heap)) + roomier(heap)]
 
 
 def short_of(heap, limit) -> str:
@@ -3294,18 +3327,22 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap
     """prepare.fit_options for an int8 run: the options the user left to prepare (given:
     the ones set on the command line) that bring the plan within limit(plan): --cache (the frozen
     prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
-    (table, tables, heap, settings, cache) or None."""
+    (table, tables, heap, settings, cache, the state dropped: settled()) or None."""
     free = [n for n in ('cache', 'batch') if n not in given and not (
         (n == 'cache' and cache) or (n == 'batch' and int(s['batch']) == 1))]
     tries = [[n] for n in free] + ([free] if len(free) > 1 else [])
     for names in tries:
         s2 = dict(s, batch=1) if 'batch' in names else s
         c2 = True if 'cache' in names else cache
+        said = []   # (planned as the same flags given are: settled; said if chosen)
         try:
-            m, tables, h = planned(g, s2, train, c2, bands, board, ranks)
+            m, tables, h, dropped = settled(g, s2, train, c2, bands, board, limit, ranks,
+                                            model_path, said.append)
         except ValueError:
             continue
         if h['total'] <= limit(h):
+            for line in said:
+                log(line)
             flags = ['--cache'] * ('cache' in names) + ['--batch 1'] * ('batch' in names)
             log(f'{model_path}: the int8 plan ({heap["total"] // 1024} KB) is over the '
                 f'{limit(h) // 1024} KB limit; prepare chose {" ".join(flags)} (about '
@@ -3314,7 +3351,7 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap
                              'epoch, on a net of their own'] * ('cache' in names)
                             + ['--batch 1: each sample updates at once'] * ('batch' in names))
                 + ' (give the flag yourself to decide otherwise)')
-            return m, tables, h, s2, c2
+            return m, tables, h, s2, c2, dropped
     return None
 
 
@@ -3442,22 +3479,17 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                   log=lambda t: log(f'{model_path}: {t}'))
         if steps:
             m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
-    if bands is None and banded(m, tables):
-        m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
-                                              model_path, log, ranks)
-    m, tables, heap = unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables,
-                                           heap, ranks, model_path, log)
-    m, tables, heap, dropped = state_where_it_fits(g, s, board, limit, m, tables, heap, model_path,
-                                                   log)
+    m, tables, heap, dropped = settled(g, s, train, cache, bands, board, limit, ranks, model_path,
+                                       log, (m, tables, heap))
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
-        m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
-                                                limit, heap, given, log, ranks) or (
-                                                    m, tables, heap, s, cache)
+        m, tables, heap, s, cache, dropped = fit_options(
+            g, model_path, s, train, cache, bands, board, limit, heap, given, log, ranks) or (
+            m, tables, heap, s, cache, dropped)
         lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
-        advice = fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)
+        advice = fit_advice(g, s, train, cache, bands, board, limit, heap, ranks)
         short = None if why_limit else budget_short(model_path, f'{lim // 1024}K', heap, lim,
                                                      advice)
         e = HeapRefusal(short or '\n'.join(
