@@ -43,3 +43,82 @@ def test_a_checkpoint_cut_at_its_counters_is_refused(trained, tmp_path, where):
     code, err = says(['export', trained[0].parent / 'm.circle', d / 'checkpoint.ckpt', '-o',
                       tmp_path / 'o.circle'])
     assert code == 2 and 'checkpoint.ckpt: cut short' in err and 'copy it again' in err, err
+
+
+# ------------------------------------------------------------------ side files cut at a record
+def _records(b):
+    """The byte offsets where each record of a side_save file (tag, then u32 tensor, u32
+    bytes, the bytes) starts, and its end."""
+    o, out = 4, []
+    while o < len(b):
+        out.append(o)
+        o += 8 + struct.unpack_from('<II', b, o)[1]
+    return out + [o]
+
+
+LOAD8 = '''
+from utrain.q8train import Q8Trainer
+try:
+    tr = Q8Trainer('q8.json', 'weights.wof')
+    tr.net.load_weights('trained.wof')
+    print('LOADED')
+except ValueError as e:
+    print('REFUSED', e)
+'''
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_a_q8w_cut_at_a_record_boundary_is_refused_by_host_and_board(int8_run, tmp_path, where):
+    """trained.wof.q8w holding whole records for some layers but not the last: the board
+    refused it, host `export --quantized` took it, writing the last layer's weights at its
+    calibrated scale (not the doubled one it trained at), unsaid.  Both read it with
+    utrain.q8kern.side_load now, which requires each layer the run grows."""
+    d = tmp_path / 'r'
+    shutil.copytree(int8_run, d, ignore=shutil.ignore_patterns('lib'))
+    b = (d / 'trained.wof.q8w').read_bytes()
+    at = _records(b)
+    assert len(at) >= 3, at                 # (two layers' scales, or more)
+    (d / 'trained.wof.q8w').write_bytes(b[:at[-2]])
+    code, err = says(['export', int8_run.parent / 'm.circle', d / 'trained.wof', '-o',
+                      tmp_path / 'o.circle', '--quantized'])
+    assert code == 2 and 'trained.wof.q8w: not the weight scales of this model' in err and \
+        'cut short' in err, err
+    assert not (tmp_path / 'o.circle').exists()
+    (d / 'load.py').write_text(LOAD8)
+    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
+        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
+    r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert 'REFUSED trained.wof.q8w: cut short' in r.stdout, r.stdout + r.stderr
+    (d / 'trained.wof.q8w').write_bytes(b)        # (whole: both take it)
+    code, err = says(['export', int8_run.parent / 'm.circle', d / 'trained.wof', '-o',
+                      tmp_path / 'o.circle', '--quantized'])
+    assert code == 0, err
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_a_q8a_holding_its_tag_alone_is_refused_by_host_and_board(tmp_path, where):
+    """The other int8 side files (.q8a slopes, .q8c TRANSPOSE_CONV weights, .q8e embedding
+    tables) cut at a record boundary, down to their tag: the board took each layer missing
+    as untrained (its model's values), and export wrote those, both unsaid."""
+    from kerasgraphs import build_int8_prelu_l2
+    path, fwd, _, _ = build_int8_prelu_l2(tmp_path / 'm.tflite')
+    x = np.random.default_rng(9).uniform(-4, 4, (12, 4, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(12) % 3)
+    d = tmp_path / 'run'
+    prepare(path, os.fspath(d), data=os.fspath(tmp_path / 'd.npz'), loss='scce', lr=0.05,
+            epochs=1, train='all', log=lambda *a: None)
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0, log
+    b = (d / 'trained.wof.q8a').read_bytes()
+    (d / 'trained.wof.q8a').write_bytes(b[:_records(b)[-2]])
+    code, err = says(['export', path, d / 'trained.wof', '-o', tmp_path / 'o.tflite',
+                      '--quantized'])
+    assert code == 2 and 'trained.wof.q8a: not the trained PRELU slopes of this model' in err \
+        and 'cut short' in err, err
+    (d / 'load.py').write_text(LOAD8)
+    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
+        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
+    r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert 'REFUSED trained.wof.q8a: cut short' in r.stdout, r.stdout + r.stderr
