@@ -1065,6 +1065,15 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             f'weights the input reaches x{1 / sc:g}: the same model, whose SGD steps on them '
             f'are {1 / sc ** 2:g}x smaller than on the input as given); export folds it back')
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
+    if s.get('stream') and not any(k >= 0 and g.tensors[k].data is not None and k not in
+                                   p.params for op in g.ops for k in op.inputs):
+        # (every constant trains: utrain.stream's code, tables and slot buffers, 4 KB on
+        # a small MLP, had been planned and loaded for no weight, unsaid)
+        if 'stream' in given:
+            log(f'{model_path}: --stream: every weight of this run trains, none is frozen '
+                'to stream from the model file; streaming does nothing here, so the run '
+                'does not stream')
+        s = dict(s, stream=False)
     # (8-bit samples: the board's input byte buffer, memory.sample_bytes)
     heap = plan_memory(g, p, dict(s, dtype=dtype), backend, board, cache, fisher, bands, limit)
     if cache or not data or fisher:     # (a cache given wins; the host's needs the samples)

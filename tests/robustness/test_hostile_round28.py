@@ -122,3 +122,35 @@ def test_a_q8a_holding_its_tag_alone_is_refused_by_host_and_board(tmp_path, wher
     r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
                        timeout=60)
     assert 'REFUSED trained.wof.q8a: cut short' in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ plot's default, --stream
+def test_plot_writes_its_default_beside_the_log(tmp_path, monkeypatch):
+    """plot with no -o wrote curves.png into the working folder (one came into the
+    repository; a second run's plot there replaced the first's)."""
+    pytest.importorskip('matplotlib')
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'train.log').write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+                                   '1,0.5,0.5,0.4,0.6,10,100\n2,0.4,0.6,0.3,0.7,10,100\n')
+    here = tmp_path / 'here'
+    here.mkdir()
+    monkeypatch.chdir(here)
+    code, err = says(['plot', run / 'train.log'])
+    assert code == 0, err
+    assert (run / 'curves.png').read_bytes()[:4] == b'\x89PNG' and os.listdir(here) == []
+
+
+def test_stream_with_nothing_frozen_is_said_and_not_planned(files, tmp_path):
+    """--stream on a model whose weights all train planned utrain.stream's code, tables
+    and slot buffers (4 KB on this MLP) for no weight, and the run loaded them, unsaid."""
+    d, model, data = files
+    said = []
+    s = prepare(model, os.fspath(tmp_path / 'r'), data=data, loss='scce', lr=0.05, epochs=1,
+                stream=True, log=said.append)
+    plain = prepare(model, os.fspath(tmp_path / 'p'), data=data, loss='scce', lr=0.05,
+                    epochs=1, log=lambda *a: None)
+    assert any('--stream: every weight of this run trains' in str(m) and 'streaming does '
+               'nothing here' in str(m) for m in said), said
+    assert s['heap']['total'] == plain['heap']['total'], (s['heap'], plain['heap'])
+    assert not json.load(open(tmp_path / 'r' / 'train.json'))['run'].get('stream')
