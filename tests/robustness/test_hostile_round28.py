@@ -154,3 +154,48 @@ def test_stream_with_nothing_frozen_is_said_and_not_planned(files, tmp_path):
                'nothing here' in str(m) for m in said), said
     assert s['heap']['total'] == plain['heap']['total'], (s['heap'], plain['heap'])
     assert not json.load(open(tmp_path / 'r' / 'train.json'))['run'].get('stream')
+
+
+# ------------------------------------------------------------------ pull between folders of one model
+def _hashing_board(monkeypatch, flash):
+    """mpremote stood in for by a folder playing the board's flash, answering pull's
+    listing with the sha256 of each file, as MicroPython's hashlib does."""
+    import hashlib
+    from host_tools.boards import board
+
+    def fake(port, *args, resume=False, cwd=None, **kw):
+        if args[0] == 'exec':
+            return f'LS {sorted(os.listdir(flash))!r}\n' + ''.join(
+                f'UTH {n} {hashlib.sha256((flash / n).read_bytes()).hexdigest()}\n'
+                for n in os.listdir(flash) if (flash / n).is_file())
+        for c in ' '.join(args).split(' + '):
+            _, src, dst = c.split(' ')
+            shutil.copy(os.path.join(flash, src[1:]), os.path.join(cwd, dst))
+        return ''
+    monkeypatch.setattr(board, 'mpremote', fake)
+    return board
+
+
+def test_pull_refuses_another_folder_of_the_same_model(files, trained, tmp_path, monkeypatch):
+    """A board trained for folder A (the same model as B, other samples: tensors of the
+    same sizes) pulled into B: A's trained.wof, checkpoint and log replaced B's, exit 0.
+    The board's inputs are compared now (their sha256); B's own pull goes through."""
+    d, model, data = files
+    a = tmp_path / 'a'
+    x = np.random.default_rng(5).normal(size=(24, 6))
+    np.savez(tmp_path / 'other.npz', x=x, y=np.arange(24) % 3)
+    prepare(model, os.fspath(a), data=os.fspath(tmp_path / 'other.npz'), loss='scce',
+            optimizer='sgd', lr=0.05, epochs=2, test_split=0.25, log=lambda *a: None)
+    code, log = runner.run(os.fspath(a), python=True, stream=False)
+    assert code == 0, log
+    b = tmp_path / 'b'
+    shutil.copytree(trained[0], b, ignore=shutil.ignore_patterns('lib'))
+    before = {n: (b / n).read_bytes() for n in os.listdir(b) if (b / n).is_file()}
+    board = _hashing_board(monkeypatch, a)
+    with pytest.raises(board.BoardError) as e:
+        board.pull(os.fspath(b), 'COM3')
+    assert "the board's train.ds is not the one in" in str(e.value) and \
+        'are as they were: train this folder on the board' in str(e.value), str(e.value)
+    assert {n: (b / n).read_bytes() for n in os.listdir(b) if (b / n).is_file()} == before
+    board = _hashing_board(monkeypatch, trained[0])
+    assert board.pull(os.fspath(b), 'COM3') == ['trained.wof', 'checkpoint.ckpt', 'train.log']
