@@ -199,3 +199,57 @@ def test_pull_refuses_another_folder_of_the_same_model(files, trained, tmp_path,
     assert {n: (b / n).read_bytes() for n in os.listdir(b) if (b / n).is_file()} == before
     board = _hashing_board(monkeypatch, trained[0])
     assert board.pull(os.fspath(b), 'COM3') == ['trained.wof', 'checkpoint.ckpt', 'train.log']
+
+
+# ------------------------------------------------------------------ "start": "best" of an int8 run
+START = '''
+import json
+from utrain.q8train import Q8Trainer
+from utrain.data import Dataset
+from utrain.config import read_config
+c = json.load(open('train.json'))
+c['run']['start'] = 'best'
+json.dump(c, open('train.json', 'w'))
+files, run, cfg, start, resume, sel = read_config('train.json')
+tr = Q8Trainer(files['model'], start, **cfg)
+print('START', tr.evaluate(Dataset('test.ds', False)))
+tr = Q8Trainer(files['model'], files['weights'], **{
+    k: v for k, v in cfg.items() if k != 'base'})
+tr.net.load_weights('trained.wof')
+print('BEST', tr.evaluate(Dataset('test.ds', False)))
+'''
+
+
+@pytest.fixture(scope='module')
+def grown_run(files):
+    """A float model trained as int8 with its first layer frozen, on inputs of about 50:
+    its weight scales and ranges doubled as it trained (trained.wof.q8w, .q8s)."""
+    d, model, _ = files
+    x = np.random.default_rng(0).normal(0, 1, (24, 6)) * 50
+    np.savez(d / 'big.npz', x=x, y=(x[:, 0] > 0).astype(int) + (x[:, 1] > 0))
+    out = d / 'grown'
+    prepare(model, os.fspath(out), data=os.fspath(d / 'big.npz'), loss='scce', lr=0.1,
+            epochs=3, test_split=0.25, int8=True, train='last:2', log=lambda *a: None)
+    code, log = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, log
+    assert any((out / 'trained.wof.q8w').read_bytes()[12:]), 'no scale doubled'
+    return out
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_start_best_of_an_int8_run_starts_from_the_best_weights(grown_run, tmp_path, where):
+    """"start": "best" built an int8 run's net from trained.wof itself: its frozen layers
+    read where trained.wof holds none, its doubled scales (.q8w, .q8s) taken as the
+    calibrated ones: the run went on from other weights than the best (test loss 121.5
+    where the best scored 136.6).  Now its starting weights, then trained.wof over them
+    as load_weights reads it."""
+    d = tmp_path / 'r'
+    shutil.copytree(grown_run, d, ignore=shutil.ignore_patterns('lib'))
+    (d / 'start.py').write_text(START)
+    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
+        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
+    r = subprocess.run(argv + ['start.py'], cwd=d, env=env, capture_output=True, text=True,
+                       timeout=60)
+    got = {ln.split(' ', 1)[0]: ln.split(' ', 1)[1] for ln in r.stdout.splitlines()
+           if ln.startswith(('START', 'BEST'))}
+    assert 'START' in got and got['START'] == got['BEST'], r.stdout + r.stderr
