@@ -633,6 +633,15 @@ def load_inputs(path, inputs, label='last', size=None):
             names = [f'{key} (or x{j}) {list(s[1:])}'           # place among the model's inputs)
                      for j, (n, s, key) in zip(at, parts)]
             if 'x' in z.files:
+                both = [c for j, (n, _, key) in zip(at, parts) for c in (key, f'x{j}', n)
+                        if c in files and c != 'x']
+                if len(parts) > 1 and both:
+                    # (x was read, the arrays named for the inputs left unread, unsaid,
+                    # though an open dimension had been set from them)
+                    raise DataError(f'{path}: holds x (the inputs\' values joined) and an array '
+                                    f'named for an input ({both[0]}): which the model takes '
+                                    f'is not clear; give y and an array per input '
+                                    f'({", ".join(names)}), or x alone')
                 x, y = load(path, label, size)
                 total = sum(int(np.prod(s[1:], dtype=np.int64)) for _, s, _ in parts)
                 got = int(np.prod(x.shape[1:], dtype=np.int64))

@@ -660,7 +660,7 @@ def _fixed_dims(model, data):
     or None where it has none, or they cannot be told."""
     import shutil
     import tempfile
-    from .pipeline import dims_from_samples
+    from .pipeline import dims_from_samples, _dims_said
     fixed = dims_from_samples(model, data)
     if fixed is None:
         return None
@@ -672,7 +672,15 @@ def _fixed_dims(model, data):
             path = os.path.join(d, os.path.basename(os.fspath(model)))
             with open(path, 'wb') as f:
                 f.write(fixed[0].SerializeToString())
-            yield path
+            try:
+                yield path
+            except Exception as e:      # noqa: B902 - (a refusal of the copy, which is
+                # gone after: named as the model with the dimensions the samples set)
+                if e.args and isinstance(e.args[0], str) and path in e.args[0]:
+                    dims = _dims_said({n: got for n, (_, got) in fixed[1].items()})
+                    e.args = (e.args[0].replace(path, f'{model} with the dimensions the '
+                                                f'samples of {data} set ({dims})'),) + e.args[1:]
+                raise
         finally:
             shutil.rmtree(d, ignore_errors=True)
     return copy()

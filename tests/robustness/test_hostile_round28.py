@@ -253,3 +253,93 @@ def test_start_best_of_an_int8_run_starts_from_the_best_weights(grown_run, tmp_p
     got = {ln.split(' ', 1)[0]: ln.split(' ', 1)[1] for ln in r.stdout.splitlines()
            if ln.startswith(('START', 'BEST'))}
     assert 'START' in got and got['START'] == got['BEST'], r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ open ONNX dimensions from .npz data
+def _two_inputs(path, vec_open=False):
+    """An .onnx of two inputs: seq [n, 2, time] (a Conv1d, pooled) and vec [n, 3] (or
+    [n, k]), joined into a MatMul of 7 (as tests/formats/test_onnx.py's)."""
+    import onnx
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(1)
+    nodes = [helper.make_node('Conv', ['seq', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
+             helper.make_node('Relu', ['h'], ['a']),
+             helper.make_node('GlobalAveragePool', ['a'], ['p']),
+             helper.make_node('Flatten', ['p'], ['f']),
+             helper.make_node('Concat', ['f', 'vec'], ['c'], axis=1),
+             helper.make_node('MatMul', ['c', 'fc'], ['y'])]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, 'g', [vi('seq', T.FLOAT, ['n', 2, 'time']),
+                                       vi('vec', T.FLOAT, ['n', 'k' if vec_open else 3])],
+                          [vi('y', T.FLOAT, ['n', 1])],
+                          [numpy_helper.from_array((0.4 * r.standard_normal((4, 2, 3))).astype(
+                              np.float32), 'w1'),
+                           numpy_helper.from_array((0.3 * r.standard_normal((7, 1))).astype(
+                               np.float32), 'fc')])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), path)
+    return os.fspath(path)
+
+
+@pytest.mark.parametrize('case', ['3 channels for 2', 'length 0', 'wrong names', 'x0 x1 swapped',
+                                  'x and named arrays', 'one input 3 channels'])
+def test_open_onnx_dimensions_from_samples_that_do_not_fit_are_refused(tmp_path, case):
+    """Samples that do not fit an .onnx input of a dimension known only at run time: an
+    array of the input's rank with another fixed dimension (3 channels where it takes 2)
+    had its values laid out again at that count and trained (as [2, 15]), unsaid; a
+    length of 0 was refused naming fixed_dims.onnx, prepare's own copy (gone after); arrays
+    named for no input, or x0 / x1 swapped, ended on 'dimension 2 known only at run time
+    ... set it from the samples', which the user had given; an .npz with x and arrays named
+    for the inputs trained on x, the named ones unread (they had set the length)."""
+    r = np.random.default_rng(0)
+    seq, vec, y = (r.standard_normal((12, 2, 10)), r.standard_normal((12, 3)),
+                   r.standard_normal((12, 1)))
+    arrays, want = {
+        '3 channels for 2': (dict(seq=np.zeros((12, 3, 10)), vec=vec, y=y),
+                             "array seq holds samples of [3, 10]; the model's input 'seq' "
+                             'takes samples of [2, ?]'),
+        'length 0': (dict(seq=np.zeros((12, 2, 0)), vec=vec, y=y),
+                     'array seq holds samples of [2, 0]'),
+        'wrong names': (dict(a=seq, b=vec, y=y), "no array for the model's input 0 'seq': "
+                        'name it seq or x0 (the file has a, b, y)'),
+        'x0 x1 swapped': (dict(x0=vec, x1=seq, y=y), 'array x0 holds samples of [3]'),
+        'x and named arrays': (dict(x=np.zeros((12, 23)), seq=seq, vec=vec, y=y),
+                               'holds x (the inputs\' values joined) and an array named for '
+                               'an input (seq)'),
+        'one input 3 channels': (dict(x=np.zeros((12, 3, 10)), y=y),
+                                 "its samples are [3, 10]; the model's input 'seq' takes "
+                                 'samples of [2, ?]')}[case]
+    if case.startswith('one input'):
+        import onnx
+        from onnx import TensorProto as T, helper, numpy_helper
+        nodes = [helper.make_node('Conv', ['seq', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
+                 helper.make_node('GlobalAveragePool', ['h'], ['p']),
+                 helper.make_node('Flatten', ['p'], ['y'])]
+        g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info(
+            'seq', T.FLOAT, ['n', 2, 'time'])], [helper.make_tensor_value_info('y', T.FLOAT, [
+                'n', 1])], [numpy_helper.from_array(np.ones((1, 2, 3), np.float32), 'w1')])
+        model = os.fspath(tmp_path / 'one.onnx')
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), model)
+    else:
+        model = _two_inputs(tmp_path / 'two.onnx')
+    np.savez(tmp_path / 'd.npz', **arrays)
+    for argv in (['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--loss', 'mse',
+                  '--lr', '0.01'], ['evaluate', model, tmp_path / 'd.npz']):
+        code, err = says(argv)
+        assert code == 2 and f'{tmp_path / "d.npz"}: ' in err and want in err, err
+        assert 'fixed_dims.onnx' not in err and not (tmp_path / 'r').exists(), err
+
+
+def test_a_refusal_of_the_copy_the_samples_set_names_the_model_and_the_data(tmp_path):
+    """vec's open width set to 5 by the samples, where the MatMul after takes 3: prepare's
+    refusal named fixed_dims.onnx in the run folder, evaluate's a temporary copy, both gone
+    after the refusal."""
+    model = _two_inputs(tmp_path / 'two.onnx', vec_open=True)
+    r = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', seq=r.standard_normal((12, 2, 10)),
+             vec=r.standard_normal((12, 5)), y=r.standard_normal((12, 1)))
+    for argv in (['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--loss', 'mse',
+                  '--lr', '0.01'], ['evaluate', model, tmp_path / 'd.npz']):
+        code, err = says(argv)
+        assert code == 2 and f'{model} with the dimensions the samples of {tmp_path / "d.npz"} ' \
+            'set (seq [1, 2, 10], vec [1, 5])' in err and 'does not fit' in err, err
+        assert 'fixed_dims.onnx' not in err and 'utrain-dims-' not in err, err
