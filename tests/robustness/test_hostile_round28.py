@@ -343,3 +343,21 @@ def test_a_refusal_of_the_copy_the_samples_set_names_the_model_and_the_data(tmp_
         assert code == 2 and f'{model} with the dimensions the samples of {tmp_path / "d.npz"} ' \
             'set (seq [1, 2, 10], vec [1, 5])' in err and 'does not fit' in err, err
         assert 'fixed_dims.onnx' not in err and 'utrain-dims-' not in err, err
+
+
+def test_evaluate_of_text_labels_names_the_file(tmp_path):
+    """evaluate of a model of several outputs (skl2onnx's MLPClassifier: a label and the
+    probabilities) on an .npz whose y holds text: numpy's 'could not convert string to
+    float: np.str_('yes')', no file named; prepare said what to give."""
+    from test_onnx import _skl_mlp_classifier
+    r = np.random.default_rng(0)
+    model = os.fspath(tmp_path / 'skl.onnx')
+    _skl_mlp_classifier(model, r.standard_normal((4, 5)).astype(np.float32),
+                        r.standard_normal(5).astype(np.float32),
+                        r.standard_normal((5, 3)).astype(np.float32),
+                        r.standard_normal(3).astype(np.float32))
+    x = r.standard_normal((12, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.where(x[:, 0] > 0, 'yes', 'no'))
+    code, err = says(['evaluate', model, tmp_path / 'd.npz'])
+    assert code == 2 and f'{tmp_path / "d.npz"}: array y holds <U3 values; it must hold ' \
+        'numbers: give class numbers' in err, err
