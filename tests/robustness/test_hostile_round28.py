@@ -361,3 +361,32 @@ def test_evaluate_of_text_labels_names_the_file(tmp_path):
     code, err = says(['evaluate', model, tmp_path / 'd.npz'])
     assert code == 2 and f'{tmp_path / "d.npz"}: array y holds <U3 values; it must hold ' \
         'numbers: give class numbers' in err, err
+
+
+# ------------------------------------------------------------------ resume after train.json edits
+@pytest.mark.parametrize('kind', ['float', 'int8'])
+@pytest.mark.parametrize('where', WHERE)
+def test_resuming_with_epochs_edited_below_the_checkpoints_says_so(trained, tmp_path, kind,
+                                                                    where):
+    """"epochs" edited down to the epoch a checkpoint has reached (or below), then resumed:
+    the run ended 'ok' having trained nothing, unsaid."""
+    from test_hostile_round27 import _edit
+    d = tmp_path / 'r'
+    shutil.copytree(trained[kind == 'int8'], d, ignore=shutil.ignore_patterns('lib'))
+    _edit(d, epochs=1)
+    code, log = runner.run(os.fspath(d), python=where == 'python', stream=False)
+    assert code == 0 and 'checkpoint.ckpt: epoch 1 of "epochs" 1 done: nothing to train ' \
+        '(raise it)' in log, log
+
+
+def test_an_int8_runs_loss_edited_is_advised_as_the_float_ones(trained, tmp_path):
+    """An int8 run's "loss" edited from scce to mse: the advice said train.ds was damaged
+    and to prepare the folder again (the float run's names the loss and sets it back)."""
+    from test_hostile_round27 import _edit
+    d = tmp_path / 'r'
+    shutil.copytree(trained[1], d, ignore=shutil.ignore_patterns('lib'))
+    _edit(d, loss='mse')
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    advice = runner.end_advice(os.fspath(d), log)
+    assert code == 1 and 'train.json\'s "loss": "mse" takes 3: set "loss" in train.json' in \
+        advice and 'damaged' not in advice, advice
