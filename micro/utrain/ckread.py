@@ -70,15 +70,6 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
     return out[0], out[1], out[2], step, epoch, extra
 
 
-def done(tr, path):
-    # a resume whose train.json "epochs" the checkpoint has reached (edited down): said;
-    # the run had ended 'ok', having trained nothing, unsaid
-    n = tr.cfg['epochs']
-    if tr.epoch >= n:
-        print('utrain: %s: epoch %d of "epochs" %d done: nothing to train (raise it)' % (
-            path, tr.epoch, n))
-
-
 def _kind(m, v):
     # the optimizer whose state tables (utrain.optim's m, v) a checkpoint holds
     return 'adam or adamw' if m and v else 'sgd with momentum' if m else 'rmsprop' if v \
@@ -126,4 +117,3 @@ def load_state(tr, path):
     tr.pos, tr.sums, tr.best, tr.retries, tr.good = pos, sums, best, retries, path
     tr.lr_scale = scale
     o.lr = tr.cfg['lr'] * scale
-    done(tr, path)

@@ -247,7 +247,7 @@ class Q8Trainer:
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
         from utrain.wof import openr, RESUME, FormatError
-        from utrain.ckread import read_checkpoint, done
+        from utrain.ckread import read_checkpoint
         self.dirty = True            # until the whole state is in
         net = self.net
         ls = self._trained()
@@ -334,6 +334,5 @@ class Q8Trainer:
         self.pending = 0
         self.good = path
         self.commit, self.dirty = (self.pos, self.sums), False
-        done(self, path)
         drop('ckread')              # (loaded for this: code is heap)
         drop('wof')

@@ -375,8 +375,8 @@ def test_resuming_with_epochs_edited_below_the_checkpoints_says_so(trained, tmp_
     shutil.copytree(trained[kind == 'int8'], d, ignore=shutil.ignore_patterns('lib'))
     _edit(d, epochs=1)
     code, log = runner.run(os.fspath(d), python=where == 'python', stream=False)
-    assert code == 0 and 'checkpoint.ckpt: epoch 1 of "epochs" 1 done: nothing to train ' \
-        '(raise it)' in log, log
+    assert code == 0 and 'resumed from checkpoint.ckpt at epoch 1, sample 0: nothing to train ' \
+        '("epochs" 1)' in log, log
 
 
 def test_an_int8_runs_loss_edited_is_advised_as_the_float_ones(trained, tmp_path):
@@ -390,3 +390,38 @@ def test_an_int8_runs_loss_edited_is_advised_as_the_float_ones(trained, tmp_path
     advice = runner.end_advice(os.fspath(d), log)
     assert code == 1 and 'train.json\'s "loss": "mse" takes 3: set "loss" in train.json' in \
         advice and 'damaged' not in advice, advice
+
+
+@pytest.mark.parametrize('classes', [[1, 2, 3], [3, 7]])
+def test_labels_that_are_an_onnx_classifiers_class_labels_are_refused(tmp_path, classes):
+    """skl2onnx's MLPClassifier trained on labels 1, 2, 3 (or 3, 7) keeps them as its
+    classes (ArgMax, then ArrayFeatureExtractor of them: its label output); utrain trains
+    the probabilities, by place.  A y of those labels was refused as 'whole numbers 0 to
+    2' (no word of the classes, or of what to give), and a binary head's 3 / 7 trained as
+    targets of 3 and 7 for a probability (mse, a warning).  Places train as before."""
+    import onnx
+    from test_onnx import _skl_mlp_classifier
+    r = np.random.default_rng(0)
+    model = os.fspath(tmp_path / 'skl.onnx')
+    C = len(classes)
+    _skl_mlp_classifier(model, r.standard_normal((4, 5)).astype(np.float32),
+                        r.standard_normal(5).astype(np.float32),
+                        r.standard_normal((5, 1 if C == 2 else C)).astype(np.float32),
+                        r.standard_normal(1 if C == 2 else C).astype(np.float32))
+    m = onnx.load(model)
+    for t in m.graph.initializer:
+        if t.name == 'classes':
+            t.CopyFrom(onnx.numpy_helper.from_array(np.array(classes, np.int64), 'classes'))
+    onnx.save(m, model)
+    x = r.standard_normal((12, 4)).astype(np.float32)
+    np.savez(tmp_path / 'labels.npz', x=x, y=np.array(classes)[np.arange(12) % C])
+    np.savez(tmp_path / 'places.npz', x=x, y=np.arange(12) % C)
+    for argv in (['prepare', model, tmp_path / 'labels.npz', '-o', tmp_path / 'r', '--lr',
+                  '0.05'], ['evaluate', model, tmp_path / 'labels.npz']):
+        code, err = says(argv)
+        assert code == 2 and f"labels.npz: its labels are the model's class labels {classes}" \
+            in err and f'np.searchsorted({classes}, y)' in err, err
+    assert not (tmp_path / 'r').exists()
+    code, err = says(['prepare', model, tmp_path / 'places.npz', '-o', tmp_path / 'p', '--lr',
+                      '0.05'])
+    assert code == 0, err
