@@ -40,7 +40,8 @@ from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
-from ..files.validate import loss_on_logits, one_class_warning, target_range_warning
+from ..files.validate import (loss_on_logits, one_class_warning, target_range_warning,
+                              same_inputs_warning)
 from ..files.wof import write_wof
 from ..target.device import light_gc
 
@@ -1146,7 +1147,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         from ..files.dataset import cross_entropy_range
         cross_entropy_range(np.asarray(xy[1]).reshape(len(xy[1]), -1), 'bce', data)
     for warn in (target_range_warning(data, g, s, xy and xy[1]),
-                 one_class_warning(data, s, xy and xy[1], n_out)):
+                 one_class_warning(data, s, xy and xy[1], n_out),
+                 same_inputs_warning(data, xy and xy[0])):
         if warn:
             log(warn)
     check_ids(model_path, g, xy, dtype)

@@ -3445,7 +3445,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     perm = getattr(g, 'input_perm', None) if int(np.prod(shape)) == nin else None
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'], perm,
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
-    from ..files.validate import one_class_warning
+    from ..files.validate import one_class_warning, same_inputs_warning
+    warn = same_inputs_warning(data, xy and xy[0])
+    if warn:
+        log(warn)
     warn = one_class_warning(data, s, xy and xy[1], m['nclass'])
     if warn:
         log(warn)

@@ -425,3 +425,22 @@ def test_labels_that_are_an_onnx_classifiers_class_labels_are_refused(tmp_path, 
     code, err = says(['prepare', model, tmp_path / 'places.npz', '-o', tmp_path / 'p', '--lr',
                       '0.05'])
     assert code == 0, err
+
+
+# ------------------------------------------------------------------ samples whose inputs are all the same
+@pytest.mark.parametrize('int8', [False, True])
+def test_samples_whose_inputs_are_all_the_same_are_warned(files, tmp_path, int8):
+    """x all zeros, or one sample repeated with other labels: the model cannot tell the
+    samples apart (it learns the targets' frequencies); prepare, its lr probe and the run
+    went on without a word."""
+    d, model, _ = files
+    for name, x in (('zeros', np.zeros((24, 6))), ('repeated', np.tile(np.arange(6.0), (24, 1))),
+                    ('plain', np.random.default_rng(0).normal(size=(24, 6)))):
+        np.savez(tmp_path / f'{name}.npz', x=x, y=np.arange(24) % 3)
+        said = []
+        prepare(model, os.fspath(tmp_path / f'r-{name}'), data=os.fspath(tmp_path / f'{name}.npz'),
+                loss='scce', lr=0.05, epochs=1, int8=int8, log=said.append)
+        warned = [m for m in map(str, said) if 'has the same inputs' in m]
+        assert bool(warned) == (name != 'plain'), said
+        if warned:
+            assert f'{name}.npz: every one of its 24 samples has the same inputs' in warned[0], warned
