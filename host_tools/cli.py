@@ -890,11 +890,15 @@ def _negatives_joined(p, argv):
 
 
 def main(argv=None):
-    p = parser()
-    argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
-    a = p.parse_args(argv)
-    from .target.runner import stop_signals
-    from .target.device import light_gc
+    try:        # (a Ctrl-C here, before a command runs, had ended in a traceback)
+        p = parser()
+        argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
+        a = p.parse_args(argv)
+        from .target.runner import stop_signals
+        from .target.device import light_gc
+    except KeyboardInterrupt:
+        print('\nstopped (Ctrl-C) while loading: nothing was done', file=sys.stderr)
+        return 130
     saved = stop_signals()
     try:
         with light_gc():

@@ -444,3 +444,29 @@ def test_samples_whose_inputs_are_all_the_same_are_warned(files, tmp_path, int8)
         assert bool(warned) == (name != 'plain'), said
         if warned:
             assert f'{name}.npz: every one of its 24 samples has the same inputs' in warned[0], warned
+
+
+# ------------------------------------------------------------------ Ctrl-C while the CLI loads
+def test_ctrl_c_while_the_cli_loads_ends_without_a_traceback(monkeypatch, capsys):
+    """SIGINT 0.3 s after `python -m host_tools prepare ...` started (numpy's and the
+    readers' imports, then the parser) ended in a KeyboardInterrupt traceback; a Ctrl-C
+    in a command has ended in 'stopped (Ctrl-C)' and exit 130."""
+    import builtins
+    from host_tools import cli
+    from host_tools.__main__ import run
+    real = builtins.__import__
+
+    def ctrl_c(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == 'cli' and level == 1:
+            raise KeyboardInterrupt
+        return real(name, globals, locals, fromlist, level)
+    monkeypatch.setattr(builtins, '__import__', ctrl_c)
+    assert run() == 130
+    monkeypatch.setattr(builtins, '__import__', real)
+
+    def parser():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, 'parser', parser)
+    assert cli.main(['inspect', 'x']) == 130
+    err = capsys.readouterr().err
+    assert err.count('stopped (Ctrl-C) while loading: nothing was done') == 2, err
