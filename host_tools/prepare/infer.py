@@ -702,7 +702,7 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             return evaluate(path, data, nchw, metric, label, size, limit, output)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
-        from ..files.validate import class_labels
+        from ..files.dataset import class_labels
         class_labels(h, data)
         # (an .onnx model's outputs the reader left out: ORT still makes them, the output
         # scored is the one prepare trains)

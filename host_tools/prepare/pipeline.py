@@ -897,7 +897,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             '(--train all)')
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
-    from ..files.validate import softmax_of_one, class_labels
+    from ..files.validate import softmax_of_one
+    from ..files.dataset import class_labels
     softmax_of_one(source)
     class_labels(source, data)
     s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,
