@@ -323,9 +323,7 @@ def predictor(path, read=None):
     g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
     if integer and g.identifier != b'TFL3':
-        raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
-                         'models as .tflite only (export the trained weights into the '
-                         'original .tflite, or evaluate the float model)')
+        raise InferError(_INT8_CIRCLE % path)
     probe = np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32)
     if integer:
         try:
@@ -572,8 +570,7 @@ def several_predictor(path, g):
     from .quant import float_ends       # (a full-int8 file with float ends: int8 inside)
     if any(t.dtype in ('int8', 'uint8') for t in ins + [k]) or float_ends(g):
         if g.identifier != b'TFL3':
-            raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
-                             'models as .tflite only')
+            raise InferError(_INT8_CIRCLE % path)
         it = _tflm(path)
 
         def run(feeds, i):
@@ -608,6 +605,13 @@ def several_predictor(path, g):
         except Exception as e:      # onert raises its own types
             raise InferError(f'{path}: ONERT loads it but cannot run it ({e})') from None
     return run, 'ONERT'
+
+
+# (it had said to export into 'the original .tflite', where the original was a .circle,
+# or nothing: export writes an int8 model as .tflite whatever the original's format)
+_INT8_CIRCLE = ('%s: an int8 circle model: the host runtimes here run int8 models as .tflite '
+                'only: export the trained weights as one (export MODEL WEIGHTS -o NAME.tflite '
+                '--quantized, from a float model too), or evaluate the float model')
 
 
 @light_gc()

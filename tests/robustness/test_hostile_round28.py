@@ -470,3 +470,18 @@ def test_ctrl_c_while_the_cli_loads_ends_without_a_traceback(monkeypatch, capsys
     assert cli.main(['inspect', 'x']) == 130
     err = capsys.readouterr().err
     assert err.count('stopped (Ctrl-C) while loading: nothing was done') == 2, err
+
+
+def test_evaluate_of_an_int8_circle_advises_what_runs(int8_run, tmp_path):
+    """export --quantized of a float .circle trained as int8, written as .circle: evaluate
+    refused it saying to export 'into the original .tflite' (the original is a .circle);
+    the advice is the export that TFLite Micro then runs."""
+    model = int8_run.parent / 'm.circle'
+    assert says(['export', model, int8_run / 'trained.wof', '-o', tmp_path / 'q.circle',
+                 '--quantized'])[0] == 0
+    code, err = says(['evaluate', tmp_path / 'q.circle', int8_run / 'train.ds'])
+    assert code == 2 and 'export MODEL WEIGHTS -o NAME.tflite --quantized' in err, err
+    assert says(['export', model, int8_run / 'trained.wof', '-o', tmp_path / 'q.tflite',
+                 '--quantized'])[0] == 0
+    code, err = says(['evaluate', tmp_path / 'q.tflite', int8_run / 'train.ds'])
+    assert code == 0, err
