@@ -485,3 +485,15 @@ def test_evaluate_of_an_int8_circle_advises_what_runs(int8_run, tmp_path):
                  '--quantized'])[0] == 0
     code, err = says(['evaluate', tmp_path / 'q.tflite', int8_run / 'train.ds'])
     assert code == 0, err
+
+
+@pytest.mark.parametrize('extra', [[], ['--float32'], ['--dequantize']])
+def test_no_rewrite_on_an_int8_model_says_it_keeps_it_int8(q8, tmp_path, extra):
+    """--no-rewrite on an int8 model (with --float32 or --dequantize too): refused as
+    'prepare dequantizes int8 tensors that carry scales; this one has none', of an input
+    that carries them: --no-rewrite is what kept it int8."""
+    d, model, data = q8
+    code, err = says(['prepare', model, data, '-o', tmp_path / 'r', '--loss', 'scce', '--lr',
+                      '0.05', '--no-rewrite'] + extra)
+    assert code == 2 and 'carry scales, as this one does, unless --no-rewrite: leave that out' \
+        in err and 'has none' not in err, err
