@@ -497,3 +497,26 @@ def test_no_rewrite_on_an_int8_model_says_it_keeps_it_int8(q8, tmp_path, extra):
                       '0.05', '--no-rewrite'] + extra)
     assert code == 2 and 'carry scales, as this one does, unless --no-rewrite: leave that out' \
         in err and 'has none' not in err, err
+
+
+@pytest.mark.parametrize('classes', [3, 2])
+def test_output_takes_the_files_name_of_a_zipmap_output(tmp_path, classes):
+    """skl2onnx's MLPClassifier names its probabilities output_probability (a ZipMap of
+    them), as ONNX Runtime lists it: --output output_probability was refused as none of
+    the model's outputs ('probabilities', or a binary head's sigmoid), which utrain trains
+    for it."""
+    from test_onnx import _skl_mlp_classifier
+    r = np.random.default_rng(0)
+    model = os.fspath(tmp_path / 'skl.onnx')
+    n = 1 if classes == 2 else classes
+    _skl_mlp_classifier(model, r.standard_normal((4, 5)).astype(np.float32),
+                        r.standard_normal(5).astype(np.float32),
+                        r.standard_normal((5, n)).astype(np.float32),
+                        r.standard_normal(n).astype(np.float32))
+    x = r.standard_normal((12, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(12) % 2)
+    code, err = says(['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--lr',
+                      '0.05', '--output', 'output_probability'])
+    assert code == 0, err
+    code, err = says(['evaluate', model, tmp_path / 'd.npz', '--output', 'output_probability'])
+    assert code == 0, err
