@@ -372,7 +372,9 @@ def cmd_fleet(a):
 def cmd_plot(a):
     from .plot import plot
     notes = []
-    out = plot(a.log, a.output, notes)
+    # (beside the log it draws: the working folder's curves.png had been written over by
+    # the plot of whichever run came last, and one had come into the repository)
+    out = plot(a.log, a.output or os.path.join(os.path.dirname(a.log), 'curves.png'), notes)
     for n in notes:
         print(n, file=sys.stderr)
     print(f'wrote {out}')
@@ -751,7 +753,7 @@ def _args_plot(sub):
     """`plot`'s arguments."""
     q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
     q.add_argument('log', help='train.log, or a fleet\'s fleet.csv')
-    q.add_argument('-o', '--output', default='curves.png', help='the PNG to write')
+    q.add_argument('-o', '--output', help='the PNG to write (default: curves.png beside the log)')
     q.set_defaults(fn=cmd_plot)
 
 
@@ -888,11 +890,15 @@ def _negatives_joined(p, argv):
 
 
 def main(argv=None):
-    p = parser()
-    argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
-    a = p.parse_args(argv)
-    from .target.runner import stop_signals
-    from .target.device import light_gc
+    try:        # (a Ctrl-C here, before a command runs, had ended in a traceback)
+        p = parser()
+        argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
+        a = p.parse_args(argv)
+        from .target.runner import stop_signals
+        from .target.device import light_gc
+    except KeyboardInterrupt:
+        print('\nstopped (Ctrl-C) while loading: nothing was done', file=sys.stderr)
+        return 130
     saved = stop_signals()
     try:
         with light_gc():

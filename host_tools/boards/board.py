@@ -246,6 +246,33 @@ _ASK = ("import os,json\ntry:\n os.stat(%r)\n c=json.load(open('train.json'))\n"
         "    print('UTS',n,os.stat(n)[6])\nexcept Exception:\n pass\n")
 
 
+# the sha256 (or, without hashlib, the size) of each of the board's files named
+_HASHES = ("for n in %r:\n try:\n  s=os.stat(n)[6]\n  try:\n   import hashlib,binascii\n"
+           "   h=hashlib.sha256()\n   f=open(n,'rb')\n   b=f.read(1024)\n   while b:\n"
+           "    h.update(b)\n    b=f.read(1024)\n   f.close()\n"
+           "   print('UTH',n,binascii.hexlify(h.digest()).decode())\n  except ImportError:\n"
+           "   print('UTS',n,s)\n except OSError:\n  pass\n")
+
+
+def _not_these(d, names, lines):
+    """The first of names whose sha256 (or size) the board answered (lines: its UTH / UTS
+    lines) and which differs from folder d's file, or None."""
+    import hashlib
+    for n in names:
+        said = [x[len(n) + 5:] for x in lines if x.startswith(('UTH ' + n + ' ',
+                                                               'UTS ' + n + ' '))]
+        if not said:
+            continue        # (a board, or a stand-in, that did not answer: not judged)
+        try:
+            with open(os.path.join(d, n), 'rb') as f:
+                data = f.read()
+        except OSError:
+            continue
+        if said[0] not in (hashlib.sha256(data).hexdigest(), str(len(data))):
+            return n
+    return None
+
+
 def _alike(a, b) -> bool:
     """JSON values a and b equal, floats to 6 digits (a 32-bit board writes its own)."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -309,11 +336,23 @@ def pull(d, port, resume=False):
     """Copy what training wrote on the board (trained weights and the int8 state beside
     them, checkpoint, log) into d."""
     files = _files(d)
-    out = mpremote(port, 'exec', "import os;print('LS',os.listdir())", resume=resume)
-    line = next((x for x in out.splitlines() if x.startswith('LS ')), None)
+    # (with the board's files, the sha256 of the inputs it trained on, as deploy's check of
+    # an interrupted run asks them: the results of another folder of the same model, its
+    # tensors of the same sizes, had replaced this folder's, unsaid)
+    mine = [files[k] for k in ('model', 'weights', 'train', 'test') if files.get(k)]
+    out = mpremote(port, 'exec', "import os;print('LS',os.listdir())\n" + _HASHES % (
+        tuple(mine),), resume=resume)
+    lines = out.splitlines()
+    line = next((x for x in lines if x.startswith('LS ')), None)
     if line is None:
         raise BoardError(f'{port}: could not list the board\'s files ({out.strip()[:80]!r})')
     have = set(ast.literal_eval(line[3:]))   # a list of str printed by MicroPython
+    other = _not_these(d, mine, lines)
+    if other:
+        raise BoardError(f'{port}: the board\'s {other} is not the one in {d} (the board '
+                         'trained another folder, or this one prepared again since); the files '
+                         f'in {d} are as they were: train this folder on the board (deploy {d} '
+                         '--run), then pull')
     names = [files[k] for k in RESULTS if files.get(k) and files[k] in have]
     if not str(files.get('model')).endswith('.flat'):     # (an int8 run's state: on a
         # float run's board, an earlier int8 run's, stale beside this run's trained.wof)

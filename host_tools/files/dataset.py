@@ -607,7 +607,10 @@ def targets_of(path):
     try:
         if os.fspath(path).lower().endswith('.npz'):
             with np.load(path, allow_pickle=False) as z:
-                return z['y'] if 'y' in z.files else None
+                y = z['y'] if 'y' in z.files else None
+            # (text labels: evaluate had ended on numpy's 'could not convert string to
+            # float', no file named; the samples pass names it and what to give)
+            return y if y is not None and y.dtype.kind in 'biuf' else None
         return load(path)[1]
     except (OSError, ValueError):        # (DataError too)
         return None
@@ -633,6 +636,15 @@ def load_inputs(path, inputs, label='last', size=None):
             names = [f'{key} (or x{j}) {list(s[1:])}'           # place among the model's inputs)
                      for j, (n, s, key) in zip(at, parts)]
             if 'x' in z.files:
+                both = [c for j, (n, _, key) in zip(at, parts) for c in (key, f'x{j}', n)
+                        if c in files and c != 'x']
+                if len(parts) > 1 and both:
+                    # (x was read, the arrays named for the inputs left unread, unsaid,
+                    # though an open dimension had been set from them)
+                    raise DataError(f'{path}: holds x (the inputs\' values joined) and an array '
+                                    f'named for an input ({both[0]}): which the model takes '
+                                    f'is not clear; give y and an array per input '
+                                    f'({", ".join(names)}), or x alone')
                 x, y = load(path, label, size)
                 total = sum(int(np.prod(s[1:], dtype=np.int64)) for _, s, _ in parts)
                 got = int(np.prod(x.shape[1:], dtype=np.int64))
@@ -760,3 +772,30 @@ def split(n: int, test_split: float, seed: int):
         raise DataError(f'--test-split {test_split:g} holds out all {n} samples and leaves none '
                         'to train on: give a smaller fraction (or more samples)')
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])
+
+
+def class_labels(g, data) -> None:
+    """Refuse data whose labels are an .onnx classifier's class labels (skl2onnx's
+    classes, its label output's: [3, 7], [1, 2, 3]) where the probabilities utrain trains
+    are by place 0, 1, ...: label 7 had trained as a target of 7 for the probability of
+    class 1 (mse, warned), label 2 of classes [1, 2, 3] as class 3, unsaid.  Labels that
+    are all places too (1 and 2 of those classes) are taken as places."""
+    classes = getattr(g, 'onnx_classes', None)
+    if not classes or not data:
+        return
+    y = targets_of(data)
+    if y is None or (np.ndim(y) > 1 and np.shape(y)[1] > 1):
+        return
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if not len(y) or not np.all(np.isfinite(y)) or not np.all(y == np.round(y)):
+        return
+    at = {c: i for i, c in enumerate(classes)}
+    labels = [int(v) for v in np.unique(y)]
+    moved = [v for v in labels if v in at and at[v] != v]
+    # (all of them the classes, one no place: labels 1 and 2 alone may be places too)
+    if moved and all(v in at for v in labels) and not all(0 <= v < len(classes) for v in labels):
+        raise DataError(
+            f'{data}: its labels are the model\'s class labels {classes} (which its label '
+            f'output gives), not their places 0 to {len(classes) - 1}, which the probabilities '
+            f'it trains are in (label {moved[0]} is at place {at[moved[0]]}): give y as the '
+            f'places (np.searchsorted({classes}, y))')

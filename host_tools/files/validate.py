@@ -151,6 +151,21 @@ def one_class_warning(path, s: dict, y, n_out) -> str | None:
                                                  os.path.isdir(os.fspath(path)) else ''))
 
 
+def same_inputs_warning(path, x) -> str | None:
+    """The warning for samples x (one a row) whose inputs are all the same (all zeros, one
+    sample repeated, a column of labels read as the inputs), or None: the model cannot
+    tell them apart and learns only how often each target is (it had trained, unsaid)."""
+    if x is None or len(x) < 2:
+        return None
+    x = np.asarray(x).reshape(len(x), -1)
+    if not np.all(x == x[:1]):
+        return None
+    what = 'all 0' if not np.any(x[0]) else 'each sample the same values'
+    return (f'warning: {path}: every one of its {len(x)} samples has the same inputs ({what}): '
+            'the model cannot tell them apart and learns only how often each target is; '
+            'check the inputs (x, or the columns before the label)')
+
+
 def softmax_of_one(g):
     """PrepareError when graph g's output is made by a SOFTMAX over 1 value (Keras's
     Dense(1, activation='softmax')): its output is 1 whatever the input, so no weight

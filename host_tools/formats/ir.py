@@ -170,6 +170,9 @@ def drop_two_class_sigmoid(g):
     g.ops = [o for o in g.ops if o is not sub and o is not cat]
     for i, o in enumerate(g.ops):
         o.index = i
+    names = getattr(g, 'output_names', None) or {}
+    g.output_names = dict({g.tensors[cat.outputs[0]].name: p}, **{
+        n: p if k == cat.outputs[0] else k for n, k in names.items()})   # (--output's)
     g.outputs = [p]
     g.two_class = cat.number
     g.two_class_of = g.tensors[cat.outputs[0]].name

@@ -540,6 +540,21 @@ class _Reader(RecurrentOps):
         # [(output name, why)]: outputs left out, each needing a node utrain cannot read
         gr.onnx_dropped = self.dropped
         gr.onnx_unread = self.unread       # inputs only those outputs read
+        # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
+        # 'output_probability': the probabilities it wraps): --output takes them too (it
+        # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
+        gr.output_names = {vi.name: self.get(vi.name, 'plain') for vi in live
+                           if vi.name not in dict(passed)
+                           and self.tensors[self.get(vi.name, 'plain')].name != vi.name}
+        # the class labels a label output picks from by the probabilities' place
+        # (skl2onnx: ArgMax, then ArrayFeatureExtractor of its classes), where they are not
+        # those places: validate.class_labels
+        gr.onnx_classes = None
+        for node in self.nodes:
+            if node.op_type == 'ArrayFeatureExtractor' and node.input[0] in self.const:
+                c = np.asarray(self.const[node.input[0]]).ravel()
+                if c.dtype.kind in 'iu' and not np.array_equal(c, np.arange(len(c))):
+                    gr.onnx_classes = [int(v) for v in c]
         return gr
 
     def step(self, i, node):

@@ -162,7 +162,9 @@ def choose_output(g: Graph, which=None, y=None):
                else ', the first')
     else:
         w = str(which)
-        named = [j for j, k in enumerate(order) if w in (io_name(g, k), g.tensors[k].name)]
+        alias = getattr(g, 'output_names', None) or {}      # (the file's: a ZipMap's)
+        named = [j for j, k in enumerate(order) if w in (io_name(g, k), g.tensors[k].name)
+                 or alias.get(w) == k]
         i = int(w) if w.lstrip('-').isdigit() else named[0] if len(named) == 1 else None
         if i is None or not 0 <= i < len(order):
             if len(named) > 1:

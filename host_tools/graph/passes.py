@@ -115,9 +115,13 @@ def validate(g: Graph):
     for k in sorted(used):
         t = g.tensors[k]
         if t.dtype != 'float32' and not (k in masks and t.dtype == 'bool'):
+            # (one that carries scales was left by --no-rewrite, which skips the dequantizing:
+            # 'this one has none' had been said of it too)
+            scaled = t.dtype in ('int8', 'uint8') and (t.quant or {}).get('scale')
             raise PrepareError(f'{where}: tensor {k} ({t.name}) is {t.dtype}; utrain trains '
                                'float32 models (prepare dequantizes int8/uint8 tensors that carry '
-                               'scales; this one has none)')
+                               + ('scales, as this one does, unless --no-rewrite: leave that out '
+                                  'to train it)' if scaled else 'scales; this one has none)'))
     for k in list(g.inputs) + list(g.outputs):
         shape = g.tensors[k].shape
         if len(shape) < 2 or shape[0] != 1:

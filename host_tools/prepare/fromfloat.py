@@ -687,7 +687,7 @@ def dequantized(int8_path, wof_path, train, n, run=None, output=None, biases=Non
     # weight scales q8grow doubled had been left out: a Keras SeparableConv2D's pointwise
     # weights came back 2x, 0.89 where the int8 model scores 1.00)
     quant.followed(g8, m, wof_path)
-    quant.grown(g8, m, wof_path)
+    quant.grown(g8, m, wof_path, got)
     quant.sloped(g8, m, wof_path)
     got = {k: g8.tensors[k].data for k in got}
     quant.tconved(g8, m, wof_path)          # (TRANSPOSE_CONV weights: trained.wof.q8c)

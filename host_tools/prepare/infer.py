@@ -323,9 +323,7 @@ def predictor(path, read=None):
     g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
     if integer and g.identifier != b'TFL3':
-        raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
-                         'models as .tflite only (export the trained weights into the '
-                         'original .tflite, or evaluate the float model)')
+        raise InferError(_INT8_CIRCLE % path)
     probe = np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32)
     if integer:
         try:
@@ -579,8 +577,7 @@ def several_predictor(path, g):
     from .quant import float_ends       # (a full-int8 file with float ends: int8 inside)
     if any(t.dtype in ('int8', 'uint8') for t in ins + [k]) or float_ends(g):
         if g.identifier != b'TFL3':
-            raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
-                             'models as .tflite only')
+            raise InferError(_INT8_CIRCLE % path)
         it = _tflm(path)
 
         def run(feeds, i):
@@ -615,6 +612,13 @@ def several_predictor(path, g):
         except Exception as e:      # onert raises its own types
             raise InferError(f'{path}: ONERT loads it but cannot run it ({e})') from None
     return run, 'ONERT'
+
+
+# (it had said to export into 'the original .tflite', where the original was a .circle,
+# or nothing: export writes an int8 model as .tflite whatever the original's format)
+_INT8_CIRCLE = ('%s: an int8 circle model: the host runtimes here run int8 models as .tflite '
+                'only: export the trained weights as one (export MODEL WEIGHTS -o NAME.tflite '
+                '--quantized, from a float model too), or evaluate the float model')
 
 
 @light_gc()
@@ -667,7 +671,7 @@ def _fixed_dims(model, data):
     or None where it has none, or they cannot be told."""
     import shutil
     import tempfile
-    from .pipeline import dims_from_samples
+    from .pipeline import dims_from_samples, _dims_said
     fixed = dims_from_samples(model, data)
     if fixed is None:
         return None
@@ -679,7 +683,15 @@ def _fixed_dims(model, data):
             path = os.path.join(d, os.path.basename(os.fspath(model)))
             with open(path, 'wb') as f:
                 f.write(fixed[0].SerializeToString())
-            yield path
+            try:
+                yield path
+            except Exception as e:      # noqa: B902 - (a refusal of the copy, which is
+                # gone after: named as the model with the dimensions the samples set)
+                if e.args and isinstance(e.args[0], str) and path in e.args[0]:
+                    dims = _dims_said({n: got for n, (_, got) in fixed[1].items()})
+                    e.args = (e.args[0].replace(path, f'{model} with the dimensions the '
+                                                f'samples of {data} set ({dims})'),) + e.args[1:]
+                raise
         finally:
             shutil.rmtree(d, ignore_errors=True)
     return copy()
@@ -701,6 +713,8 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             return evaluate(path, data, nchw, metric, label, size, limit, output)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
+        from ..files.dataset import class_labels
+        class_labels(h, data)
         # (an .onnx model's outputs the reader left out: ORT still makes them, the output
         # scored is the one prepare trains)
         if len(h.inputs) > 1 or len(h.outputs) > 1 or getattr(h, 'onnx_dropped', None):

@@ -40,7 +40,8 @@ from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
-from ..files.validate import loss_on_logits, one_class_warning, target_range_warning
+from ..files.validate import (loss_on_logits, one_class_warning, target_range_warning,
+                              same_inputs_warning)
 from ..files.wof import write_wof
 from ..target.device import light_gc
 
@@ -574,10 +575,14 @@ FIXED_DIMS = 'fixed_dims.onnx'     # an .onnx model's copy with its open dimensi
 def _dims_of(x, dims):
     """dims (an input's shape, None where open) filled from x, its samples (one a row, or
     shaped): x of that rank, else one open dimension from the values a sample holds; None
-    where they do not tell."""
+    where they do not tell: x of that rank whose fixed dimensions are others (its values
+    laid out again at that count had trained another sample: (3, 10) as (2, 15)), or an
+    open one of 0."""
     want = list(dims[1:])
-    if x.ndim - 1 == len(want) and all(w is None or w == n for w, n in zip(want, x.shape[1:])):
-        return [1] + [int(n) for n in x.shape[1:]]
+    if x.ndim - 1 == len(want):
+        if all((w is None and n > 0) or w == n for w, n in zip(want, x.shape[1:])):
+            return [1] + [int(n) for n in x.shape[1:]]
+        return None
     known = int(np.prod([w for w in want if w is not None]))
     per = int(np.prod(x.shape[1:]))
     if want.count(None) == 1 and per % known == 0 and per // known > 0:
@@ -585,29 +590,48 @@ def _dims_of(x, dims):
     return None
 
 
+def _untold(data, what, name, dims):
+    """The refusal of data whose samples do not set input name's open dimensions (dims,
+    None where open): what they hold, what the input takes (the reader's own had said only
+    that the dimension is open, and to give data)."""
+    from ..files.dataset import DataError
+    shape = '[' + ', '.join('?' if d is None else str(d) for d in dims[1:]) + ']'
+    return DataError(f'{data}: {what}; the model\'s input {name!r} takes samples of {shape} '
+                     '(? known only at run time, set from the samples: at least 1; the others '
+                     'as given)')
+
+
 def _sample_dims(data, inputs, opens):
     """{input name: its dims filled from data's samples} for the open inputs opens
     ({name: dims, None where open}) among a model's inputs ([(name, dims)] in the file's
     order): one input, from x; several, from an .npz's array per input (named as the
     input or x0, x1, .. by its place, as load_inputs reads them), or from x joined where
-    one open dimension is all it leaves unknown; None where they do not tell."""
+    one open dimension is all it leaves unknown; None where the data cannot be read (its
+    reader says why).  DataError where they are read and do not tell: an array of the
+    input's rank whose fixed dimensions are others, no array for an open input."""
     from ..files import dataset as ds
     try:
         if len(inputs) == 1:
             x, _ = ds.load(data)
-            got = _dims_of(np.asarray(x), inputs[0][1])
-            return None if got is None else {inputs[0][0]: got}
-        with np.load(data, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            x = np.asarray(x)
+        else:
+            with np.load(data, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
     except Exception:   # noqa: B902 - (prepare's own read says what is wrong with it)
         return None
+    if len(inputs) == 1:
+        got = _dims_of(x, inputs[0][1])
+        if got is None and x.ndim - 1 == len(inputs[0][1]) - 1:
+            raise _untold(data, f'its samples are {list(x.shape[1:])}', *inputs[0])
+        return None if got is None else {inputs[0][0]: got}
     out = {}
     for j, (name, dims) in enumerate(inputs):
-        a = next((arrays[k] for k in (name, f'x{j}') if k in arrays), None)
-        if name in opens and a is not None:
-            out[name] = _dims_of(np.asarray(a), dims)
+        k = next((k for k in (name, f'x{j}') if k in arrays), None)
+        if name in opens and k is not None:
+            a = np.asarray(arrays[k])
+            out[name] = _dims_of(a, dims)
             if out[name] is None:
-                return None
+                raise _untold(data, f'array {k} holds samples of {list(a.shape[1:])}', name, dims)
     left = [n for n in opens if n not in out]
     if len(left) == 1 and 'x' in arrays and all(
             d is not None for n, dims in inputs if n != left[0] for d in dims[1:]):
@@ -615,6 +639,13 @@ def _sample_dims(data, inputs, opens):
         rest = sum(int(np.prod(dims[1:])) for n, dims in inputs if n != left[0])
         per = int(np.prod(x.shape[1:])) - rest
         out[left[0]] = _dims_of(np.zeros((1, max(per, 0)), np.float32), opens[left[0]])
+        if out[left[0]] is None:
+            raise _untold(data, f'x holds {per + rest} values a sample, {rest} of them the '
+                          'other inputs\'', left[0], opens[left[0]])
+    if left and 'x' not in arrays:
+        j = next(j for j, (n, _) in enumerate(inputs) if n == left[0])
+        raise _untold(data, f'it has no array for the model\'s input {j} {left[0]!r}: name it '
+                      f'{left[0]} or x{j} (the file has {", ".join(arrays)})', left[0], opens[left[0]])
     return out if len(out) == len(opens) and all(out.values()) else None
 
 
@@ -717,7 +748,16 @@ def _batch1_prepare(model_path, out_dir, data=None, log=print, **kw):
     it back)."""
     src, n = unbatched(model_path, out_dir, log)
     src, fixed_dims = fixed_dims_copy(src, out_dir, data, log)
-    r = _prepare(src, out_dir, data, log=log, **kw)
+    try:
+        r = _prepare(src, out_dir, data, log=log, **kw)
+    except (PrepareError, ValueError) as e:
+        if not fixed_dims or src not in str(e):
+            raise
+        # (a refusal of the copy with the dimensions the samples set, which a refusal
+        # leaves no trace of: it had named that file alone, not the model or the samples)
+        e.args = (str(e).replace(src, f'{model_path} with the dimensions the samples of '
+                                 f'{data} set ({_dims_said(fixed_dims["dims"])})'),) + e.args[1:]
+        raise
     if fixed_dims:
         _prepared_from_copy(out_dir, r, 'fixed_dims', fixed_dims, model_path)
     if n > 1:
@@ -725,6 +765,11 @@ def _batch1_prepare(model_path, out_dir, data=None, log=print, **kw):
             'batch': n, 'model': os.path.abspath(model_path), 'copy': os.path.basename(src)},
             model_path)
     return r
+
+
+def _dims_said(dims) -> str:
+    """{input name: dims} as a refusal says it: 'seq [1, 2, 10], vec [1, 5]'."""
+    return ', '.join(f'{n} {list(d)}' for n, d in dims.items())
 
 
 def _prepared_from_copy(out_dir, r, key, value, model_path):
@@ -854,7 +899,9 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
     from ..files.validate import softmax_of_one
+    from ..files.dataset import class_labels
     softmax_of_one(source)
+    class_labels(source, data)
     s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,
                      log)
     if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
@@ -1066,6 +1113,15 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             f'weights the input reaches x{1 / sc:g}: the same model, whose SGD steps on them '
             f'are {1 / sc ** 2:g}x smaller than on the input as given); export folds it back')
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
+    if s.get('stream') and not any(k >= 0 and g.tensors[k].data is not None and k not in
+                                   p.params for op in g.ops for k in op.inputs):
+        # (every constant trains: utrain.stream's code, tables and slot buffers, 4 KB on
+        # a small MLP, had been planned and loaded for no weight, unsaid)
+        if 'stream' in given:
+            log(f'{model_path}: --stream: every weight of this run trains, none is frozen '
+                'to stream from the model file; streaming does nothing here, so the run '
+                'does not stream')
+        s = dict(s, stream=False)
     # (8-bit samples: the board's input byte buffer, memory.sample_bytes)
     heap = plan_memory(g, p, dict(s, dtype=dtype), backend, board, cache, fisher, bands, limit)
     if cache or not data or fisher:     # (a cache given wins; the host's needs the samples)
@@ -1093,7 +1149,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         from ..files.dataset import cross_entropy_range
         cross_entropy_range(np.asarray(xy[1]).reshape(len(xy[1]), -1), 'bce', data)
     for warn in (target_range_warning(data, g, s, xy and xy[1]),
-                 one_class_warning(data, s, xy and xy[1], n_out)):
+                 one_class_warning(data, s, xy and xy[1], n_out),
+                 same_inputs_warning(data, xy and xy[0])):
         if warn:
             log(warn)
     check_ids(model_path, g, xy, dtype)

@@ -2789,10 +2789,11 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     g = rewritten(numbered(g0, run))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
-    for k, a in read_q8_wof(wof_path, g, m).items():
+    trained = read_q8_wof(wof_path, g, m)
+    for k, a in trained.items():
         g.tensors[k].data = a
     followed(g, m, wof_path)
-    grown(g, m, wof_path)
+    grown(g, m, wof_path, trained)
     sloped(g, m, wof_path)
     tconved(g, m, wof_path)
     embedded(g, m, wof_path)
@@ -2840,6 +2841,10 @@ def _side(g: Graph, p, tag, ok, what, file_what) -> None:
         return
     with open(p, 'rb') as f:
         data = f.read()
+    try:        # (each layer the run trains must be there, as the board requires: one cut
+        module('q8kern').side_load(p, tag, ok)      # at a record had left the model's)
+    except ValueError as e:
+        raise ValueError(f'{p}: not {file_what} of this model ({str(e).split(": ", 1)[-1]})') from None
     o = 4 if data[:4] == tag else len(data) + 1
     while o + 8 <= len(data):
         k, n = struct.unpack_from('<II', data, o)
@@ -2932,13 +2937,14 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
 
 
-def grown(g: Graph, m: dict, wof_path) -> None:
+def grown(g: Graph, m: dict, wof_path, trained=None) -> None:
     """The weight scales a run doubled while it trained (wof_path + '.q8w', utrain.q8grow
     wrote it beside the weights, which are at those scales: b'UTGW', then per layer u32
     weight tensor, u32 count, a byte each, the exponent of each output channel's scale
     or of a per-tensor layer's one) put into int8 graph g (layer table m): each weight
-    tensor's scale and its bias tensor's x 2^k.  Nothing without the file."""
-    import struct
+    tensor's scale and its bias tensor's x 2^k.  Nothing without the file.  trained: the
+    tensors wof_path holds; each growing layer's among them must be in the file, as the
+    board requires them (utrain.q8kern side_load reads it for both)."""
     p = wof_path + '.q8w'
     if not os.path.exists(p):
         return
@@ -2948,22 +2954,44 @@ def grown(g: Graph, m: dict, wof_path) -> None:
     bad = f'{p}: not the weight scales of this model; remove it only if {wof_path} was not trained with it'
     if data[:4] != b'UTGW' or len(data) < 12:     # (its tag alone: cut short, unsaid)
         raise ValueError(bad + ('' if data[:4] != b'UTGW' else ' (cut short: no layer in it)'))
-    o = 4
-    while o < len(data):
-        if o + 8 > len(data):
-            raise ValueError(bad)
-        k, n = struct.unpack_from('<II', data, o)
-        e = list(data[o + 8:o + 8 + n])
-        o += 8 + n
+    # the layers the board grew (utrain.q8grow Grow.ls: its q8.json's marked 'gw', whose
+    # weights trained): a per-tensor one only trained whole, which a board's own choice
+    # (--select board) may not have made
+    chose = _beside(wof_path, 'train.json').get('select') is not None
+    table = _beside(wof_path, 'q8.json').get('layers')
+    want = {}
+    for d in table if isinstance(table, list) else m['layers']:
+        k = d.get('wt') if isinstance(d, dict) else None
+        if d.get('gw') if k in by else False:
+            n = len(g.tensors[k].quant['scale'])
+            if (trained is None or k in trained) and (n > 1 or not ('tw' in d or chose)):
+                want[k] = n
+    try:
+        got = module('q8kern').side_load(p, b'UTGW', want)
+    except ValueError as e:
+        raise ValueError(f'{bad} ({str(e).split(": ", 1)[-1]})') from None
+    for k, e in got.items():
+        e = list(e)
         d = by.get(k)
-        if not d or len(e) != n or n != len(g.tensors[k].quant['scale']) or max(e) > 30:
+        if not d or len(e) != len(g.tensors[k].quant['scale']) or max(e) > 30:
             raise ValueError(bad + f' (tensor {k})')
+        n = len(e)
         for t in (d['wt'], d['bt']):
             q = g.tensors[t].quant
             sc = [float(v) for v in q['scale']]
             if len(sc) == 1 and n > 1:
                 sc = sc * n
             q['scale'] = [s * 2 ** v for s, v in zip(sc, e if n == len(sc) else e * len(sc))]
+
+
+def _beside(wof_path, name) -> dict:
+    """The JSON file name beside wof_path ({} when there is none or it is not an object)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(wof_path)), name)) as f:
+            c = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return c if isinstance(c, dict) else {}
 
 
 def trained_params(ls) -> int:
@@ -3454,7 +3482,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     perm = getattr(g, 'input_perm', None) if int(np.prod(shape)) == nin else None
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'], perm,
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
-    from ..files.validate import one_class_warning
+    from ..files.validate import one_class_warning, same_inputs_warning
+    warn = same_inputs_warning(data, xy and xy[0])
+    if warn:
+        log(warn)
     warn = one_class_warning(data, s, xy and xy[1], m['nclass'])
     if warn:
         log(warn)

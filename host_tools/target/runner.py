@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -474,10 +475,24 @@ def end_advice(out_dir, text) -> str | None:
                 'set "resume": false under "run" in train.json) to train from the start')
     shapes = re.match(r'([^:]+): samples have (\d+) inputs and (\d+) targets; the model wants '
                       r'(\d+) and (\d+)$', what)
-    if shapes and shapes.group(2) == shapes.group(4):
+    if shapes and shapes.group(2) != shapes.group(4):
+        shapes = None
+    q8 = re.match(r'([^:]+): an int8 model trains on int8 samples of (\d+) values at its '
+                  r"input's scale and zero point, with (one label|\d+ targets) \(prepare", what)
+    if q8:      # (the int8 trainer's: the file's own widths from its header)
+        try:
+            with open(os.path.join(out_dir, q8.group(1)), 'rb') as fh:
+                xl, yl = struct.unpack_from('<4sHBBIII', fh.read(20))[5:]
+        except (OSError, struct.error):
+            xl = yl = None
+        wants = 1 if q8.group(3) == 'one label' else int(q8.group(3).split()[0])
+        if xl == int(q8.group(2)) and yl != wants:
+            shapes = (q8.group(1), yl, wants)
+    if shapes:
         # the samples' targets and train.json's loss disagree: a "loss" edited by hand (it
         # had said 'train.ds is damaged or missing; prepare the folder again')
-        f, has, wants = shapes.group(1), int(shapes.group(3)), int(shapes.group(5))
+        f, has, wants = shapes if q8 else (shapes.group(1), int(shapes.group(3)),
+                                           int(shapes.group(5)))
         try:
             with open(os.path.join(out_dir, 'train.json'), 'rb') as fh:
                 loss = json.loads(fh.read().decode('utf-8')).get('loss')

@@ -23,7 +23,7 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
     h = f.read(20)
     if len(h) != 20:
         raise FormatError('%s: truncated checkpoint header' % path)
-    magic, ver, _, mo, vo, oo, nb = unpack('<HBBIIII', h)
+    magic, ver, ut, mo, vo, oo, nb = unpack('<HBBIIII', h)
     if magic != MAGIC or ver != VERSION:
         raise FormatError('%s: not a version-1 checkpoint (magic %d, version %d)' % (path, magic, ver))
     if nb != n:
@@ -41,8 +41,8 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
                 raise FormatError('%s: checksum mismatch (corrupt or cut short)' % path)
     if not 20 + 4 * n <= oo <= end - 8:
         raise FormatError('%s: counters offset %d out of range (truncated?)' % (path, oo))
-    if end == size and end > oo + 8:
-        raise FormatError('%s: %d bytes after the counters and no utrain trailer (cut short?)'
+    if end == size and (ut or end > oo + 8):     # (ut: utrain wrote it, with a trailer)
+        raise FormatError('%s: cut short (%d bytes after the counters, no utrain trailer)'
                           % (path, end - oo - 8))
     sizes = shapes if raw else _nbytes(shapes)
     ssizes = (state if raw else _nbytes(state)) if state else sizes

@@ -238,6 +238,11 @@ def read_config(cfg_path):
     if run.get('start') == 'best' and not resume and exists(out):
         start = out           # a nightly run goes on from its best weights
         print('starting from the best weights so far, %s' % out)
+        if files['model'][-5:] == '.json':
+            # (an int8 run's trained layers alone, at the scales its side files name:
+            # loaded over its starting weights; built from out, its frozen layers had been
+            # read where out has none, its doubled scales taken as calibrated)
+            cfg['base'] = files['weights']
     if run.get('resume') and ckpt and not resume:
         print('utrain: "resume" is set but there is no %s: starting from %s' % (ckpt, start))
     return files, run, cfg, start, resume, sel

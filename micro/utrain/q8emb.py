@@ -151,11 +151,11 @@ class Train:
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): the tables of path.q8e (none: weights.wof's)."""
-        got = K.side_load(path + '.q8e', self.TAG)
+        got = K.side_load(path + '.q8e', self.TAG, {L.d['et']: len(L.tt) for L in self.ls})
         net = self.net
         for L in self.ls:
             w = got.get(L.d['et'])
-            if w is not None and len(w) == len(L.tt):
+            if w:
                 L.tt[:] = w
             else:
                 net._read(net.woff[L.d['et']], L.tt)

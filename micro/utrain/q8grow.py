@@ -210,15 +210,9 @@ class Grow:
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): the exponents of path.q8w (none: 0)."""
-        got = side_load(path + '.q8w', b'UTGW')
-        from utrain.wof import exists
-        there = exists(path + '.q8w')
+        got = side_load(path + '.q8w', b'UTGW', {L.d['wt']: len(L.ge) for L in self.ls})
         for L in self.ls:
-            e = got.get(L.d['wt'])
-            if there and (e is None or len(e) != len(L.ge)):
-                raise ValueError("%s.q8w: not the scales of %s (another run's): copy both "
-                                 'again (pull)' % (path, path))
-            self.set(L, e if e is not None else bytes(len(L.ge)))
+            self.set(L, got.get(L.d['wt']) or bytes(len(L.ge)))
             L.set_bias()
             self.base(L)
 

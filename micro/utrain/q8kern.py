@@ -321,8 +321,10 @@ def side_save(path, tag, items):
     _replace(path + '.tmp', path)
 
 
-def side_load(path, tag):
-    # {tensor: bytes} of a side_save file (none there, or another tag: {})
+def side_load(path, tag, want):
+    # {tensor: bytes} of a side_save file (none there: {}); want {tensor: bytes} the run
+    # holds, each of which a file there must hold (cut at a record, a layer's had fallen
+    # back to the model's values, unsaid; host_tools/prepare/quant.py reads them so too)
     from struct import unpack
     from utrain.wof import exists
     got = {}
@@ -338,6 +340,8 @@ def side_load(path, tag):
                     k, n = unpack('<II', h)
                     got[k] = v = f.read(n)
                     ok = len(v) == n
+            for k in want:
+                ok = ok and len(got.get(k, '')) == want[k]
         if not ok:      # (cut short: its scales had been taken as none doubled, unsaid)
             raise ValueError("%s: cut short, or not utrain's; copy it with %s again (pull)"
                              % (path, path[:path.rfind('.')]))

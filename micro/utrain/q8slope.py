@@ -127,10 +127,8 @@ class Slopes:
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): the slopes of path.q8a (none: q8.json's)."""
-        got = K.side_load(path + '.q8a', self.TAG)
+        got = K.side_load(path + '.q8a', self.TAG, {L.ins[1]: len(L.kc) for L in self.ls})
         for L in self.ls:
-            v = got.get(L.ins[1])
-            L.kc[:] = v if v is not None and len(v) == len(L.kc) else bytes(
-                [q & 255 for q in L.d['kc']])
+            L.kc[:] = got.get(L.ins[1]) or bytes([q & 255 for q in L.d['kc']])
             if L.ma is not None:
                 self._master(L)

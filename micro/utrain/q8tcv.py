@@ -316,10 +316,13 @@ class Train:
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): those of path.q8c (none: weights.wof's)."""
-        got = K.side_load(path + '.q8c', self.TAG)
+        want = {}
+        for L in self.ls:
+            want[L.d['xw']], want[L.d['xb']] = len(L.tw), 4 * len(L.tb)
+        got = K.side_load(path + '.q8c', self.TAG, want)
         for L in self.ls:
             w, b = got.get(L.d['xw']), got.get(L.d['xb'])
-            if w is not None and len(w) == len(L.tw) and b is not None and len(b) == 4 * len(L.tb):
+            if w:
                 L.tw[:] = w
                 L.tb = array('i', b)
             else:

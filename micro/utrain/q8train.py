@@ -51,8 +51,8 @@ class Q8Trainer:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
         self.x = bytearray(meta['nin'])     # (an image's: before the net's small objects)
-        self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0,
-                         c['optimizer'] == 'adam', 0, int(c['batch']))
+        self.net = Q8Net(meta, c.get('base', weights), c['momentum'] if c['optimizer'] ==
+                         'sgd' else 0.0, c['optimizer'] == 'adam', 0, int(c['batch']))
         self.weights_path = weights
         if c['loss'] in LOSSES[2:]:     # (mse, mae, bce: float targets)
             from utrain.q8reg import use
@@ -63,6 +63,8 @@ class Q8Trainer:
         gc.collect()
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
+        if 'base' in c:     # ("start": "best": utrain.config)
+            self.net.load_weights(weights)
         self.epoch = self.pos = self.retries = self.pending = 0
         self.sums = (0.0, 0.0)
         self.lr_scale = 1.0

@@ -238,7 +238,9 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
             f.write(b)
         end = f.tell()
         f.seek(0)
-        f.write(pack('<HBBIIII', MAGIC, VERSION, 0, mo, vo, pos, n))
+        # (reserved byte 1: utrain's, a trailer follows; a file of it cut at the counters
+        # had read as onert-micro's own, its resume block dropped)
+        f.write(pack('<HBBIIII', MAGIC, VERSION, 1, mo, vo, pos, n))
         f.flush()
         c = crc(f, 0, end)  # read back what the file system holds
         c = crc32(TAG, c) & 0xFFFFFFFF if crc32 else 0

@@ -32,7 +32,7 @@ def test_pyproject_pins_match_requirements():
     assert declared, 'pyproject.toml pins nothing'
     for name, ver in declared.items():
         assert req.get(name) == ver, f'{name}: pyproject {ver}, requirements.txt {req.get(name)}'
-    assert proj['scripts']['utrain'] == 'host_tools.cli:main'
+    assert proj['scripts']['utrain'] == 'host_tools.__main__:run'
 
 
 @pytest.fixture(scope='module')
@@ -59,7 +59,7 @@ def test_wheel_ships_the_run_time_files(wheel):
               'datasets/digits/digits_tico_cnn.circle'):
         assert 'host_tools/_files/' + n in names, n
     ep = next(n for n in names if n.endswith('entry_points.txt'))
-    assert 'utrain = host_tools.cli:main' in zipfile.ZipFile(wheel).read(ep).decode()
+    assert 'utrain = host_tools.__main__:run' in zipfile.ZipFile(wheel).read(ep).decode()
 
 
 def test_installed_tool_runs_away_from_the_checkout(wheel, tmp_path):
