@@ -721,12 +721,12 @@ def check_settings(rounds, epochs, timeout, strategy, test, split_how='iid'):
             raise FleetError(f'--split {split_how}: dirichlet:A needs a number A > 0 (small A: '
                              'boards of few classes; large A: near iid)')
     if test and os.path.isfile(test):
-        from ..formats.circle_io import _kind_of
+        from ..formats.kinds import kind_of
         from ..files.dataset import MAGIC
         with open(test, 'rb') as f:
             head = f.read(4096)
         if head[:len(MAGIC)] != MAGIC:
-            kind = _kind_of(head)
+            kind = kind_of(head)
             raise FleetError(f'{test}: not a utrain dataset (.ds)' + (
                 f': it reads as {kind}' if kind else '') + '; --test takes a .ds file, as '
                 'prepare writes test.ds (`python -m host_tools dataset FILE -o DIR` converts an '

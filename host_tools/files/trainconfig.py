@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 
-from ..formats.circle_io import _kind_of, atomic_write
+from ..formats.circle_io import atomic_write
+from ..formats.kinds import kind_of
 from ..graph.passes import PrepareError, RANK_NAMES
 
 MAGIC = 29
@@ -25,9 +26,9 @@ def read_train_config(path, n_ops: int) -> dict:
         data = f.read()
     head = struct.unpack_from('<HBBI', data) if len(data) >= 8 else None
     n = head[3] if head else 0
-    if data[:2] != struct.pack('<H', MAGIC) and (_kind_of(data) or len(data) >= 8 or not data):
+    if data[:2] != struct.pack('<H', MAGIC) and (kind_of(data) or len(data) >= 8 or not data):
         # (another file given for it: a model, the data, a run folder's, text)
-        kind = _kind_of(data)
+        kind = kind_of(data)
         raise PrepareError(f'{path}: not a training-config (.tcfg) file: '
                            + ('it is empty' if not data else f'it reads as {kind}' if kind else
                               'its first bytes are not one\'s') + '. '

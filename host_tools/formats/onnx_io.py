@@ -2245,9 +2245,9 @@ def load(path):
     try:
         model = onnx.load(path)
     except Exception as e:
-        from .circle_io import _kind_of
+        from .kinds import kind_of
         with open(path, 'rb') as f:
-            kind = _kind_of(f.read(4096))
+            kind = kind_of(f.read(4096))
         if kind:        # (a Git LFS pointer, a placeholder text, an archive: as a .tflite's)
             raise ModelError(path, f'not a model: it reads as {kind}; give the model file '
                              '(.circle, .tflite or .onnx) here') from None
