@@ -1823,29 +1823,39 @@ def test_open_length_is_set_from_the_samples(tmp_path):
     assert after['mae'] < before['mae']
 
 
-def test_open_lengths_of_several_inputs_are_set_from_their_arrays(tmp_path):
-    """Issue 28 (open dimensions came from data for a model of one input only): a
-    two-input model (a sequence of a run-time length and a fixed feature vector, joined
-    after a global pool), given an .npz array per input, trains a copy at the samples'
-    length and says so; an .npz with x0/x1 names sets it too; the export keeps the length
-    open (ONNX Runtime runs it at another); evaluate scores the original on the data."""
+def two_inputs_onnx(path, vec_open=False):
+    """An .onnx of two inputs: seq [n, 2, time] (a Conv1d, pooled) and vec [n, 3] (or
+    [n, k]), joined into a MatMul of 7; its weights drawn from default_rng(1)."""
     from onnx import TensorProto as T, helper, numpy_helper
-    from host_tools.prepare.infer import evaluate
     r = np.random.default_rng(1)
-    w1 = (0.4 * r.standard_normal((4, 2, 3))).astype(np.float32)
-    fc = (0.3 * r.standard_normal((7, 1))).astype(np.float32)
     nodes = [helper.make_node('Conv', ['seq', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
              helper.make_node('Relu', ['h'], ['a']),
              helper.make_node('GlobalAveragePool', ['a'], ['p']),
              helper.make_node('Flatten', ['p'], ['f']),
              helper.make_node('Concat', ['f', 'vec'], ['c'], axis=1),
              helper.make_node('MatMul', ['c', 'fc'], ['y'])]
-    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('seq', T.FLOAT, ['n', 2, 'time']),
-                                       helper.make_tensor_value_info('vec', T.FLOAT, ['n', 3])],
-                          [helper.make_tensor_value_info('y', T.FLOAT, ['n', 1])],
-                          [numpy_helper.from_array(w1, 'w1'), numpy_helper.from_array(fc, 'fc')])
-    p = os.fspath(tmp_path / 'two.onnx')
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, 'g', [vi('seq', T.FLOAT, ['n', 2, 'time']),
+                                       vi('vec', T.FLOAT, ['n', 'k' if vec_open else 3])],
+                          [vi('y', T.FLOAT, ['n', 1])],
+                          [numpy_helper.from_array((0.4 * r.standard_normal((4, 2, 3))).astype(
+                              np.float32), 'w1'),
+                           numpy_helper.from_array((0.3 * r.standard_normal((7, 1))).astype(
+                               np.float32), 'fc')])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), path)
+    return os.fspath(path)
+
+
+def test_open_lengths_of_several_inputs_are_set_from_their_arrays(tmp_path):
+    """Issue 28 (open dimensions came from data for a model of one input only): a
+    two-input model (a sequence of a run-time length and a fixed feature vector, joined
+    after a global pool), given an .npz array per input, trains a copy at the samples'
+    length and says so; an .npz with x0/x1 names sets it too; the export keeps the length
+    open (ONNX Runtime runs it at another); evaluate scores the original on the data."""
+    from host_tools.prepare.infer import evaluate
+    r = np.random.default_rng(1)
+    r.standard_normal(4 * 2 * 3 + 7)       # (the weights two_inputs_onnx draws)
+    p = two_inputs_onnx(tmp_path / 'two.onnx')
     seq = r.standard_normal((24, 2, 10)).astype(np.float32)
     vec = r.standard_normal((24, 3)).astype(np.float32)
     ys = (seq.mean((1, 2)) + 0.5 * vec[:, :1].ravel())[:, None].astype(np.float32)

@@ -18,7 +18,8 @@ from host_tools.prepare.pipeline import prepare  # noqa: E402
 from host_tools.target import runner  # noqa: E402
 from test_pipeline import small_mlp  # noqa: E402
 from test_refusals import files, says  # noqa: E402,F401  (a model, samples)
-from test_hostile_round27 import q8, trained, int8_run, _board  # noqa: E402,F401
+from test_onnx import two_inputs_onnx  # noqa: E402
+from test_hostile_round27 import LOAD, q8, trained, int8_run, _board  # noqa: E402,F401
 
 MP = runner.find_micropython()
 WHERE = ['python'] + (['micropython'] if MP else [])
@@ -56,15 +57,14 @@ def _records(b):
     return out + [o]
 
 
-LOAD8 = '''
-from utrain.q8train import Q8Trainer
-try:
-    tr = Q8Trainer('q8.json', 'weights.wof')
-    tr.net.load_weights('trained.wof')
-    print('LOADED')
-except ValueError as e:
-    print('REFUSED', e)
-'''
+def _load(d, where):
+    """What LOAD prints in run folder d, under CPython or MicroPython (where)."""
+    (d / 'load.py').write_text(LOAD)
+    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
+        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
+    r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
+                       timeout=60)
+    return r.stdout + r.stderr
 
 
 @pytest.mark.parametrize('where', WHERE)
@@ -84,12 +84,8 @@ def test_a_q8w_cut_at_a_record_boundary_is_refused_by_host_and_board(int8_run, t
     assert code == 2 and 'trained.wof.q8w: not the weight scales of this model' in err and \
         'cut short' in err, err
     assert not (tmp_path / 'o.circle').exists()
-    (d / 'load.py').write_text(LOAD8)
-    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
-        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
-    r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert 'REFUSED trained.wof.q8w: cut short' in r.stdout, r.stdout + r.stderr
+    out = _load(d, where)
+    assert 'REFUSED trained.wof.q8w: cut short' in out, out
     (d / 'trained.wof.q8w').write_bytes(b)        # (whole: both take it)
     code, err = says(['export', int8_run.parent / 'm.circle', d / 'trained.wof', '-o',
                       tmp_path / 'o.circle', '--quantized'])
@@ -116,12 +112,8 @@ def test_a_q8a_holding_its_tag_alone_is_refused_by_host_and_board(tmp_path, wher
                       '--quantized'])
     assert code == 2 and 'trained.wof.q8a: not the trained PRELU slopes of this model' in err \
         and 'cut short' in err, err
-    (d / 'load.py').write_text(LOAD8)
-    argv, env = ([os.sys.executable], dict(os.environ, PYTHONPATH=MICRO)) if where == 'python' \
-        else ([MP], dict(os.environ, MICROPYPATH=MICRO))
-    r = subprocess.run(argv + ['load.py'], cwd=d, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert 'REFUSED trained.wof.q8a: cut short' in r.stdout, r.stdout + r.stderr
+    out = _load(d, where)
+    assert 'REFUSED trained.wof.q8a: cut short' in out, out
 
 
 # ------------------------------------------------------------------ plot's default, --stream
@@ -256,30 +248,6 @@ def test_start_best_of_an_int8_run_starts_from_the_best_weights(grown_run, tmp_p
 
 
 # ------------------------------------------------------------------ open ONNX dimensions from .npz data
-def _two_inputs(path, vec_open=False):
-    """An .onnx of two inputs: seq [n, 2, time] (a Conv1d, pooled) and vec [n, 3] (or
-    [n, k]), joined into a MatMul of 7 (as tests/formats/test_onnx.py's)."""
-    import onnx
-    from onnx import TensorProto as T, helper, numpy_helper
-    r = np.random.default_rng(1)
-    nodes = [helper.make_node('Conv', ['seq', 'w1'], ['h'], pads=[1, 1], kernel_shape=[3]),
-             helper.make_node('Relu', ['h'], ['a']),
-             helper.make_node('GlobalAveragePool', ['a'], ['p']),
-             helper.make_node('Flatten', ['p'], ['f']),
-             helper.make_node('Concat', ['f', 'vec'], ['c'], axis=1),
-             helper.make_node('MatMul', ['c', 'fc'], ['y'])]
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph(nodes, 'g', [vi('seq', T.FLOAT, ['n', 2, 'time']),
-                                       vi('vec', T.FLOAT, ['n', 'k' if vec_open else 3])],
-                          [vi('y', T.FLOAT, ['n', 1])],
-                          [numpy_helper.from_array((0.4 * r.standard_normal((4, 2, 3))).astype(
-                              np.float32), 'w1'),
-                           numpy_helper.from_array((0.3 * r.standard_normal((7, 1))).astype(
-                               np.float32), 'fc')])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), path)
-    return os.fspath(path)
-
-
 @pytest.mark.parametrize('case', ['3 channels for 2', 'length 0', 'wrong names', 'x0 x1 swapped',
                                   'x and named arrays', 'one input 3 channels'])
 def test_open_onnx_dimensions_from_samples_that_do_not_fit_are_refused(tmp_path, case):
@@ -320,7 +288,7 @@ def test_open_onnx_dimensions_from_samples_that_do_not_fit_are_refused(tmp_path,
         model = os.fspath(tmp_path / 'one.onnx')
         onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), model)
     else:
-        model = _two_inputs(tmp_path / 'two.onnx')
+        model = two_inputs_onnx(tmp_path / 'two.onnx')
     np.savez(tmp_path / 'd.npz', **arrays)
     for argv in (['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--loss', 'mse',
                   '--lr', '0.01'], ['evaluate', model, tmp_path / 'd.npz']):
@@ -333,7 +301,7 @@ def test_a_refusal_of_the_copy_the_samples_set_names_the_model_and_the_data(tmp_
     """vec's open width set to 5 by the samples, where the MatMul after takes 3: prepare's
     refusal named fixed_dims.onnx in the run folder, evaluate's a temporary copy, both gone
     after the refusal."""
-    model = _two_inputs(tmp_path / 'two.onnx', vec_open=True)
+    model = two_inputs_onnx(tmp_path / 'two.onnx', vec_open=True)
     r = np.random.default_rng(0)
     np.savez(tmp_path / 'd.npz', seq=r.standard_normal((12, 2, 10)),
              vec=r.standard_normal((12, 5)), y=r.standard_normal((12, 1)))

@@ -57,11 +57,12 @@ def _data(path, scale, n=160):
     return os.fspath(path)
 
 
-def _best(run):
+def _best(run, column='test_accuracy', pick=max):
+    """The run trained (run --python): its train.log's best figure of column."""
     code, text = runner.run(run, python=True, stream=False)
     assert code == 0, text
     with open(os.path.join(run, 'train.log')) as f:
-        return max(float(r['test_accuracy']) for r in csv.DictReader(f) if r['test_accuracy'])
+        return pick(float(r[column]) for r in csv.DictReader(f) if r[column])
 
 
 def _lr(run):
@@ -278,13 +279,6 @@ def test_inputs_at_the_models_scale_keep_the_default(tmp_path):
     assert _lr(str(tmp_path / 'run')) == 0.01 and not any(': lr ' in m for m in said), said
 
 
-def _test_loss(run):
-    code, text = runner.run(run, python=True, stream=False)
-    assert code == 0, text
-    with open(os.path.join(run, 'train.log')) as f:
-        return min(float(r['test_loss']) for r in csv.DictReader(f) if r['test_loss'])
-
-
 def test_an_lr_that_learns_is_tried_one_step_above(tmp_path):
     """Where the pass at the lr clearly lowered the held loss, the probe tries one step
     above it and keeps it where that pass left the loss clearly lower still (under
@@ -302,7 +296,7 @@ def test_an_lr_that_learns_is_tried_one_step_above(tmp_path):
                'clearly more' in m for m in said), said
     base = str(tmp_path / 'base')
     prepare(model, base, data=data, test_split=0.25, lr=0.01, log=lambda *a: None)
-    assert _test_loss(run) < 0.5 * _test_loss(base)
+    assert _best(run, 'test_loss', min) < 0.5 * _best(base, 'test_loss', min)
 
 
 def test_an_int8_run_is_probed_too(tmp_path):
