@@ -357,7 +357,7 @@ class _Run:
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
         self.views = set()          # (forward_peak: views whose floats are held anyway)
-        self.holes = []             # (forward_peak: the arrays the forward pass freed)
+        self.arena = None           # (forward_peak: its arrays as the pass leaves them)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -730,23 +730,33 @@ def forward_peak(r):
     g, plan, size, A = r.g, r.plan, r.size, r.A
     live, x_in, cut = forward_start(r)
     peak = need = peak_at = 0
-    hole = []                   # (the arrays freed so far in the pass: its holes)
     groups, inner, banded = band_groups(r)
     r.views = held_views(r, g.inputs[0] in live)
+    arena = Arena(A(0))         # (the pass's arrays' data where the board puts it)
+    for k in sorted(live):
+        arena.alloc(A(size[k]), k)
     for op in g.ops[r.start:]:
         cur = sum(A(0 if k in r.views else size[k]) for k in live if k not in plan.saved)
         kept = in_place(r, op, live, cut)       # (its output is its dying input's array)
         if op.index in groups:      # its windows are made and freed every sample
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
-            need, temps = op_need(r, SPECS[op.name], op, cur, hole, kept)
-            hole += temps               # (a group's windows: BAND_SLACK's)
+            need = op_need(r, SPECS[op.name], op, cur, arena, kept)
         if need > peak:
             peak, peak_at = need, op.index
         kept = kept and op.index not in banded
+        if kept and SPECS[op.name].inputs(op)[0] in arena.at:
+            arena.at[op.outputs[0]] = arena.at.pop(SPECS[op.name].inputs(op)[0])
+        elif op.index in banded:
+            for k in op.outputs:
+                if k not in inner and k not in r.views:
+                    arena.alloc(A(size[k]), k)
         live.update(k for k in op.outputs if k not in inner)
-        hole += forward_frees(r, op, live, cut)[kept:]
-    r.holes = hole
+        was = set(live)
+        forward_frees(r, op, live, cut)
+        for k in was - live:
+            arena.free(k)
+    r.arena = arena
     return peak, peak_at, x_in
 
 
@@ -790,26 +800,40 @@ def forward_start(r):
     return {g.inputs[0]}, r.size[g.inputs[0]], cut
 
 
-def op_need(r, spec, op, cur, hole, inplace=False):
-    """(the working set while op runs forward, its largest temporary): the live data cur,
-    its outputs (none where it writes into its dying input: in_place), its temporaries
-    (fwd_temps), the tap views, and a fresh run for an output longer than the holes the
-    pass has freed (fresh_run)."""
+def op_need(r, spec, op, cur, arena, inplace=False):
+    """The working set while op runs forward: the live data cur, its outputs (none where
+    it writes into its dying input: in_place), its temporaries (fwd_temps), the tap views,
+    and the heap its arrays cut beyond their bytes: where the arena places them
+    (Arena.fresh: its outputs stay there, its temporaries go after it), at least the run
+    fresh_run charges them against the free runs the pass's frees made (Arena.holes:
+    freed neighbours merged, as the board merges them)."""
     from ..files.flatmodel import ACT
     A, size = r.A, r.size
     fo, fi, pc = fwd_temps(r, spec, op)
     o = op.outputs[0]
     if o in r.views:
-        return cur + A(0), []      # (a header over floats held anyway)
+        return cur + A(0)      # (a header over floats held anyway)
     ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
     n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
     ins_a = [n_in] * fi
     wt = weight_temps(r, spec, op)
     out = [] if inplace else [A(size[o])]
-    need = cur + sum(out) + fo * A(size[o]) + sum(ins_a) + sum(A(size[k]) for k in op.outputs[1:]) \
-        + spec.taps * A(0) + pc + wt + fresh_run(out + [A(size[o])] * fo + ins_a + [pc, wt], hole)
+    more = [A(size[k]) for k in op.outputs[1:]]
+    if out:
+        arena.alloc(out[0], o)
+    for k, n in zip(op.outputs[1:], more):
+        arena.alloc(n, k)
+    # (its input-sized temporaries are one array: a depthwise multiplier M's spread copy
+    # of x, op_conv.spread's [H*W, C*M], the only op that makes more than one)
+    spread = [A(fi * max([size[k] for k in ins] or [0]))] if fi else []
+    temps = [arena.alloc(n) for n in [A(size[o])] * fo + spread + [pc, wt] if n]
+    fresh = max(arena.fresh(), fresh_run(out + [A(size[o])] * fo + ins_a + [pc, wt], arena.holes()))
+    for k in temps:
+        arena.free(k)
+    need = cur + sum(out) + fo * A(size[o]) + sum(ins_a) + sum(more) \
+        + spec.taps * A(0) + pc + wt + fresh
     r.largest = max([r.largest, A(size[o]), pc] + ins_a)
-    return need, [n for n in [A(size[o])] * fo + ins_a + [pc, wt] if n]
+    return need
 
 
 def weight_temps(r, spec, op, extra=0) -> int:
@@ -834,6 +858,69 @@ def forward_frees(r, op, live, cut, first=False) -> list:
             live.discard(k)
             out.append(r.A(r.size[k]))
     return out
+
+
+SMALL = 512     # (Arena: an array's data this small goes into the load's small holes)
+
+
+class Arena:
+    """The working set's arrays laid out as MicroPython's gc places them: first fit (each
+    array at the lowest address where a free run takes it), a freed array's blocks free
+    at once and merged with free neighbours (the run collects before a large array).
+    fresh() is the heap its arrays cut beyond their bytes: the free blocks below the
+    highest live array, which no array took.  (A list of hole sizes had each freed array
+    a hole of its own and every hole below the free heap: cat_skip's PAD, a 20.7 KB
+    output after a 16.5 KB RELU, planned 4.4 KB beyond the 16.5 KB hole its conv left,
+    failed on the 32-bit fallback with 11.6 KB free below the RELU's output and 17.6 KB
+    above it: the hole lies under the RELU's array, not under the free heap.)
+    An array of SMALL bytes of data or fewer is no part of it: first fit puts it in the
+    small holes below the training's arrays, the load's (the 32-bit bases hold 9-9.5 KB
+    of them: runs of 1 to some 30 blocks in the failing runs' heap maps).  (Laid out
+    with the rest, a 1-D conv net's 128 B saved MEAN output stood between its freed
+    24 KB maps, and MEAN's 24 KB gradient was planned above it: 1.28x its need on
+    32-bit ulab.)"""
+
+    def __init__(self, header=0):
+        self.at = {}            # key: (address, bytes of its data)
+        self.freed = {}         # address: bytes of the free run a free made (merged)
+        self.header = header
+
+    def alloc(self, n, key=None):
+        key = object() if key is None else key
+        n -= self.header if n > self.header else 0
+        if n <= SMALL:
+            return key
+        a = 0
+        for lo, m in sorted(self.at.values()):
+            if lo - a >= n:
+                break
+            a = max(a, lo + m)
+        self.at[key] = (a, n)
+        return key
+
+    def free(self, key):
+        if key not in self.at:
+            return
+        a, n = self.at.pop(key)
+        lo, hi = 0, None
+        for b, m in self.at.values():
+            if b + m <= a:
+                lo = max(lo, b + m)
+            elif b >= a + n:
+                hi = b if hi is None else min(hi, b)
+        if hi is None:
+            hi = a + n          # (the free heap above: the hole ends with the array)
+        for b in [b for b in self.freed if lo <= b < hi]:
+            del self.freed[b]
+        self.freed[lo] = hi - lo
+
+    def fresh(self) -> int:
+        return max([a + n for a, n in self.at.values()] or [0]) - sum(n for _, n in self.at.values())
+
+    def holes(self) -> list:
+        """The free runs frees made (merged with their neighbours), as the bytes of the
+        array each would take (its header made apart)."""
+        return [n + self.header for n in self.freed.values()]
 
 
 def fresh_run(arrays, holes) -> int:
@@ -868,15 +955,22 @@ def fresh_run(arrays, holes) -> int:
 
 def backward_peak(r) -> int:
     """The backward pass's peak: the gradients in flight and each op's temporaries, and
-    the run its largest new array needs where the holes do not take it (backward_run).  A
-    gradient in flight is an array, which several tensors' gradients may be (an op that
-    passes its dz on as its inputs' gradients: bwd_temps' passed): counted once."""
+    the heap their arrays cut where the forward pass's arena (forward_peak) places them
+    (Arena.fresh).  A gradient in flight is an array, which several tensors' gradients
+    may be (an op that passes its dz on as its inputs' gradients: bwd_temps' passed):
+    counted once.  (The backward's new arrays had been planned against a list of hole
+    sizes, one per op's frees, each taken as adjacent and below the free heap: the
+    held-out strided 1-D net's PAD gradient, SGD b4 on 32-bit ulab, failed its 4 KB copy
+    there, 0.997x; now 1.02x.)"""
     from ..graph.optable import SPECS, dx_bit, DW
     g, plan, size, A = r.g, r.plan, r.size, r.A
     batch = int(r.s['batch'])
     peak = 0
     grads = {g.outputs[0]: (size[g.outputs[0]], -1)}     # tensor: (floats, the array)
-    holes = list(r.holes)
+    arena = r.arena             # (the saved activations and the sample stay all the pass)
+    for k in [k for k in arena.at if k not in plan.saved and k != g.inputs[0]]:
+        arena.free(k)
+    arena.alloc(A(size[g.outputs[0]]), -1)
     for i, flags in plan.backward:
         op = g.ops[i]
         spec = SPECS[op.name]
@@ -909,10 +1003,38 @@ def backward_peak(r) -> int:
         made = [A(size[o])] * bo + [A(n_in)] * (bi if flags & 1 else 0) + [pc] \
             + [A(v) for v, n in more.values() if n not in passed] \
             + [A(v) for k, (v, n) in given if k in grads and spec.bwd_of]
-        need = cur + sum(made) + spec.taps * A(0) \
-            + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows \
-            + weight_temps(r, spec, op, 1 if flags & DW else 0)
-        peak = max(peak, need + backward_run(made, holes))
+        # the arrays it makes, each named by the array it is (dz: its first output-sized
+        # one; dx: its first input-sized one, the second the sum where the gradient meets
+        # one in flight; a part's; a sum), else a temporary
+        tags = [('dz', i)] + [None] * (bo - 1) if bo else []
+        if flags & 1 and bi:
+            k0 = ins[0] if ins else None
+            tags += [('dx', i, k0), ('sum', i, k0) if k0 in grads and not spec.bwd_of else None] \
+                + [None] * (bi - 2)
+            tags = tags[:bo + bi]
+        tags += [None] + [('dx', i, k) for k, (v, n) in more.items() if n not in passed] \
+            + [('sum', i, k) for k, (v, n) in given if k in grads and spec.bwd_of]
+        # and the weight-sized arrays of its weight gradient's step (step_wsum), the
+        # optimizer's row temporaries (row_temps: 3 arrays, 6 with Adam) and the kernel's
+        # weight-sized temporaries, laid out in the arena in the kernels' order: a conv's
+        # (bwd_of: op_conv.backward) dz, its weight gradient's steps and their pieces,
+        # dx; the default figures' first output-sized array, dx, the rest; then a part's
+        # gradient, a sum (add_grad, once the op's steps have returned)
+        nbi = bo + (bi if flags & 1 else 0)
+        sw = step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0
+        nr = 6 if r.s['optimizer'] in ('adam', 'adamw') else 3
+        temps = [wsum] * (sw // wsum) + [sw % wsum] if wsum else [sw]
+        temps += [pc] + [rows // nr] * nr + [weight_temps(r, spec, op, 1 if flags & DW else 0)]
+        dzs, dxs = list(zip(made[:bo], tags[:bo])), list(zip(made[bo:nbi], tags[bo:nbi]))
+        temps = [(n, None) for n in temps]
+        order = (dzs + temps + dxs if spec.bwd_of else dzs[:1] + dxs + dzs[1:] + temps) \
+            + list(zip(made, tags))[nbi + 1:]
+        keys = [arena.alloc(n, t) for n, t in order]
+        # the live data, what it makes and the heap those arrays cut beyond their bytes
+        # where the arena places them (Arena.fresh: the saved activations stay all the
+        # pass, gradients in flight where they were made)
+        need = cur + sum(n for n, _ in order) + spec.taps * A(0) + arena.fresh()
+        peak = max(peak, need)
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
         dz = grads.get(o, (0, None))[1] if not bo else ('dz', i)
@@ -922,28 +1044,14 @@ def backward_peak(r) -> int:
         for k, (v, n) in given:
             grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
         now = {a for n, a in grads.values()}
-        # what the op leaves freed, one hole (backward_run): its temporaries and the
-        # gradients no longer in flight
-        holes.append(sum([A(size[o])] * bo + [pc] + [A(n) for a, n in was.items() if a not in now]))
+        # what the op leaves freed: its temporaries and the gradients no longer in flight
+        for k in keys + list(was):
+            if k not in now:
+                arena.free(k)
+        for k, (v, a) in grads.items():
+            if a not in arena.at:
+                arena.alloc(A(v), a)
     return peak
-
-
-def backward_run(arrays, holes) -> int:
-    """Heap a backward op's largest new array (dx, an activation's gradient, a part's
-    gradient) needs beyond the live data where no hole the passes have freed takes it:
-    the part of it longer than the largest hole, at most the holes' bytes; none when
-    nothing was freed.  holes: the forward pass's freed arrays (forward_peak), then per
-    backward op one hole of what it freed (its temporaries and the gradients it is done
-    with, made one after another and freed together: adjacent on the board).  The saved
-    activations stay until the pass ends (utrain.model.backward), so these holes lie
-    between them.  (Unplanned, the held-out 1-D depthwise-separable net's RELU gradient,
-    24 KB, failed with 77 KB free on the 32-bit fallback: 0.97x its need; and the concat
-    net's PAD gradient, 0.99x.  Each backward op's freed arrays counted as holes of their
-    own, the digits CNN's 2.6 KB gradient went 512 B beyond a 2 KB one: its 64-bit ulab
-    plan over the 96 KB it trains in.)"""
-    if not holes or not arrays:
-        return 0
-    return min(sum(holes), max(0, max(arrays) - max(holes)))
 
 
 def step_wsum(r, wsum, taps=1) -> int:
