@@ -125,6 +125,10 @@ def main(cfg_path='train.json'):
     """Train as train.json says; returns None when the run ended well, else what
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
+    # train.log's last epoch, read while the heap is empty: utrain.once's code, loaded
+    # after the net and the datasets, was the load's peak (the Esp32-Pen int8 CNN, on the
+    # 32-bit unix build, failed there above its plan)
+    logged = aux('once', 'last_logged', files['log'], resume)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
     chosen = None
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
@@ -155,8 +159,7 @@ def main(cfg_path='train.json'):
     if run.get('save_reserve'):
         # held before the net's load cuts the heap up (utrain.wof), after the prefix pass
         # (a phase the plan prices without the save)
-        from utrain.wof import hold
-        hold(run['save_reserve'])
+        aux('wof', 'hold', run['save_reserve'])
     if raw:         # (utrain.q8: no float trainer code; it reads a sample's bytes itself)
         from utrain.q8train import Q8Trainer as T
     else:
@@ -197,7 +200,7 @@ def main(cfg_path='train.json'):
         drop(tr, (train, test))
     fresh = not (tr.epoch or tr.pos)
     S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch,
-                      'logged': aux('once', 'last_logged', files['log'], resume),
+                      'logged': logged,
                       't0': ticks_ms()}
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
     try:
