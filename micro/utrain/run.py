@@ -357,9 +357,10 @@ def start(cfg_path='train.json'):
             raise                 # loading the code: train.py says so
         tr = STATE.pop('tr', None)   # dropped before loading what says so
         # (an epoch trained whose end, its evaluation, save or log, had not finished: after
-        # it, not 'at epoch N+1 sample 1')
+        # it, not 'at epoch N+1 sample 1'; the trainer made, no epoch begun (p0): False,
+        # before training: its datasets, the best record, the log, the first evaluation)
         S = STATE.get('s') or {}
-        at = tr and (tr.epoch, tr.pos, S.get('ended', tr.epoch) != tr.epoch and not tr.pos)
+        at = tr and 'p0' in S and (tr.epoch, tr.pos, S.get('ended', tr.epoch) != tr.epoch and not tr.pos)
         tr = None
         gc.collect()
         why = aux('once', 'oom', e, at)
