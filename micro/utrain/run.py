@@ -125,13 +125,14 @@ def main(cfg_path='train.json'):
     """Train as train.json says; returns None when the run ended well, else what
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
-    # train.log's last epoch, read while the heap is empty: utrain.once's code, loaded
-    # after the net and the datasets, was the load's peak (the Esp32-Pen int8 CNN, on the
-    # 32-bit unix build, failed there above its plan)
-    logged = aux('once', 'last_logged', files['log'], resume)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
     chosen = None
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
+    # an int8 run reads train.log's last epoch while the heap is empty: utrain.once's
+    # code, loaded after the net and the datasets, was its load's peak (the held-out small
+    # CNN --int8 --cache --train last:2: 108.5 -> 104.4 KB on 64-bit unix).  (A float run
+    # reads it there still: a ulab conv net, Adam b4, laid out otherwise, needed 3 % more)
+    logged = raw and aux('once', 'last_logged', files['log'], resume)
     if sel:                 # prepare --select board: the board chooses what trains
         if resume:
             chosen = aux('q8keep' if raw else 'chosen', 'read', files['checkpoint'])
@@ -200,7 +201,7 @@ def main(cfg_path='train.json'):
         drop(tr, (train, test))
     fresh = not (tr.epoch or tr.pos)
     S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch,
-                      'logged': logged,
+                      'logged': logged if raw else aux('once', 'last_logged', files['log'], resume),
                       't0': ticks_ms()}
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
     try:
