@@ -1930,11 +1930,16 @@ def q8_scoring(tb, sel, t) -> int:
     return code + kept + block + 2 * 1024 + FISHER_RESIDUE
 
 
-def plan_heap_q8(tables, settings, board=None) -> dict:
+def plan_heap_q8(tables, settings, board=None, reserve=0) -> dict:
     """Predicted smallest heap (bytes) for an int8 run trained as int8, as plan_heap:
     {'total', 'parts', 'target', 'backend'}.  tables: {'q8.json': table} or, with the
     prefix cache, {'q8.json': the prefix's, 'q8t.json': the trained part's}, each as
-    quant.as_written() makes it."""
+    quant.as_written() makes it.  reserve: train.json's run.save_reserve (save_reserve:
+    the board's plan of its save, a block the run holds while it trains and frees for
+    each save), priced as the save's part where it is the larger (a folder prepared for
+    a littlefs board run on another target: `run --board esp32` on the unix build, whose
+    save takes 0.5-0.7 KB; the small CNN of tests/planner/test_q8_reserve.py needed
+    2.5 KB more on 64-bit unix with its 1.5 KB reserve than without)."""
     t = board if isinstance(board, Target) else target(board)
     f = WORD_FIGURES[t['word']]
     w, B = t['word'], t['block']
@@ -1951,6 +1956,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     code = max(code, load)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm, fs=t['fs'])
+    net[SAVE] = max(net[SAVE], reserve)
     data = sum(net.values())
     parts.update(net)
     score = {}

@@ -3542,7 +3542,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             os.remove(os.path.join(out_dir, f))
     outs = json.loads(json.dumps(as_written(m, tables)[0]))
     over = {}
-    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t), over)
+    from ..plan.memory import save_reserve, target
+    reserve = save_reserve(heap, target(board))     # (held on every target the run is on)
+    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t, reserve), over)
     if over:                # (boards whose heap the plan exceeds: prepare's --select note)
         heap['over_boards'] = over
     write(g, out_dir, train, m, tables)
@@ -3593,8 +3595,6 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                               m['sx'], -m['zx'] * m['sx']))
     if given is not None:       # (prepare's: a --select trial's settings stay as given)
         s = run_defaults(s, given, summary.get('train_samples'), log, model_path)
-    from ..plan.memory import save_reserve, target
-    reserve = save_reserve(heap, target(board))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',
                             **({'planned': heap['total']} if lim is not None else {}),
                             **({'save_reserve': reserve} if reserve else {}))

@@ -8,7 +8,7 @@
 import json
 from struct import pack, unpack
 from binascii import hexlify, unhexlify
-from utrain.wof import openr, crc, exists, _replace, FormatError
+from utrain.wof import openr, crc, exists, _replace, FormatError, _again
 
 
 def stamp(path):
@@ -35,6 +35,7 @@ def save(tr, out, test):
     saving(out, tr.save_weights, out)
     saving(out + '.best', write, out, tr.best, tr.cfg['metric'], test)
     STATE['s']['saved'] = tr.best[0]
+    _again()        # (the save's reserve, after all its files: utrain.wof)
 
 
 def read(out, metric, test):

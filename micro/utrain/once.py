@@ -119,8 +119,8 @@ def oom(e, at):
         return 'interrupted'
     # whatever is on flash is the last good state: saves are atomic and none ran now
     at = ('after epoch %d (its evaluation, save or log)' % at[0] if at[2] else
-          'at epoch %d sample %d' % (at[0] + 1, at[1] + 1)) if at else (
-        e.args[0] if e.args and str(e.args[0])[:3] == 'in ' else 'loading the model')
+          'at epoch %d sample %d' % (at[0] + 1, at[1] + 1)) if at else 'before training' if (
+        at is False) else e.args[0] if e.args and str(e.args[0])[:3] == 'in ' else 'loading the model'
     free = heap()
     used = getattr(gc, 'mem_alloc', heap)()
     p = STATE.get('planned')

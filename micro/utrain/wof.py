@@ -124,11 +124,16 @@ def read_table(f, path, shapes, nbytes=None):
 
 # The save's reserve ([bytes, the block]: train.json run.save_reserve, prepare's plan of a
 # save): one block held from before training cuts the heap in small pieces, freed just
-# before a save opens its file and held again after.  After a collection the file's
+# before a save opens its file and held again after the save: after a checkpoint, and
+# after the best weights' save has written trained.wof, its side files and its record
+# (utrain.best.save), not in between (re-held after trained.wof, the held block was a
+# file's more for the files after it: the Esp32-Pen int8 CNN, prepared for esp32, needed
+# 2 KB more on the 32-bit unix build, 4 KB on 64-bit).  After a collection the file's
 # block (on a littlefs board 1.2 KB: its cache) lands in that hole by first fit; the
 # emulated Pico's int8 runs had failed there, 11-14 KB free in holes of 39-70 blocks.
 # Kept on the utrain package: this module is dropped between saves (its code is heap),
-# the reserve is not
+# the reserve is not (utrain.run holds it through aux(): a name bound to hold() kept
+# this module's code live all run, a second copy loaded at each save)
 import utrain
 try:
     RES = utrain.wof_res
@@ -215,7 +220,6 @@ def save_wof(path, n, arrays):
         write_wof(f, n, arrays)
         f.flush()
     _replace(tmp, path)
-    _again()
 
 
 def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):

@@ -766,7 +766,9 @@ def test_a_littlefs_boards_int8_run_holds_its_save_in_reserve(tmp_path, monkeypa
     free in holes of 72 blocks at most and the checkpoint's file (1148 B, its cache)
     found none (a tico dilated Conv1d --int8, SGD batch 1: 0.99x its plan, now 1.02x).
     A run planned for the unix build (the OS's files) holds none; the board's save opens
-    its file in the freed reserve and takes it again after."""
+    its file in the freed reserve, and the reserve is taken again after a checkpoint or
+    after the best weights' save (utrain.best.save: trained.wof, its side files, its
+    record), not after trained.wof alone (the files after it had found it held)."""
     import sys
     from host_tools.plan.memory import SAVE, OPEN_FILE
     data = _digits(tmp_path, 16)
@@ -792,8 +794,10 @@ def test_a_littlefs_boards_int8_run_holds_its_save_in_reserve(tmp_path, monkeypa
         return real(path, *a)
     monkeypatch.setattr('builtins.open', spy)
     wof.save_wof(str(tmp_path / 'w.wof'), 2, {0: bytearray(4)})
+    assert seen == [None] and wof.RES[1] is None
+    wof.save_checkpoint(str(tmp_path / 'c.ckpt'), 2, {0: bytearray(4)}, None, None, 0, 0)
     monkeypatch.setattr('builtins.open', real)
-    assert seen == [None] and len(wof.RES[1]) == 1000
+    assert seen == [None, None] and len(wof.RES[1]) == 1000
 
 
 def test_an_int8_conv_input_gradient_buffer_is_made_with_the_net_and_planned(tmp_path):

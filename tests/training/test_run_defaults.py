@@ -165,3 +165,33 @@ def test_out_of_memory_in_an_epochs_end_says_after_that_epoch(tmp_path, capsys, 
     monkeypatch.chdir(d)
     run.start('train.json')
     assert ends and ends[0].startswith('out of memory after epoch 1'), (ends, capsys.readouterr().out)
+
+
+def test_out_of_memory_while_loading_the_data_says_before_training(tmp_path, capsys, monkeypatch):
+    """A run out of memory after its trainer was made but before its first epoch began
+    (the datasets, the best weights' record, train.log: the Esp32-Pen int8 CNN failed
+    reading train.log's tail) said 'out of memory at epoch 1 sample 1'; now 'before
+    training'."""
+    import importlib
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((24, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x[:, :O].argmax(axis=1))
+    d = tmp_path / 'run'
+    prepare(_mlp(tmp_path / 'm.tflite'), str(d), data=str(tmp_path / 'd.npz'),
+            test_split=0.25, loss='scce', from_logits=True, epochs=1, log=lambda *a: None)
+    sys.path.insert(0, os.path.join(ROOT, 'micro'))
+    run = importlib.import_module('utrain.run')
+    data = importlib.import_module('utrain.data')
+    ends = []
+    monkeypatch.setattr(run, 'end', ends.append)
+    keep = data.Dataset
+
+    def full(path, *a):     # (the test set loads; the training set does not)
+        if path.endswith('train.ds'):
+            raise MemoryError('memory allocation failed')
+        return keep(path, *a)
+    monkeypatch.setattr(data, 'Dataset', full)
+    monkeypatch.chdir(d)
+    run.STATE.clear()       # (a run before this one in the process left its state)
+    run.start('train.json')
+    assert ends and ends[0] == 'out of memory before training', (ends, capsys.readouterr().out)
