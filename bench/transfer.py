@@ -1135,7 +1135,8 @@ def one_task(job):
     for b in budgets:
         row = {'model': mname, 'task': task, 'budget': b, 'hand': base,
                'setting': f'b{batch} {b // 1024} KB',
-               'fits': {lab: h <= b for lab, (_, h) in base.items()}}
+               'fits': {lab: h <= b or fits_with_options(path, work, kw, b, extra)
+                        for (lab, (_, h)), (_, extra) in zip(base.items(), picks)}}
         sel = {mode: os.path.join(work, f'{mname}-{task}-{mode}-{b}') for mode in MODES}
         for mode in MODES:
             row[mode] = select_cell(path, sel[mode], mode, dict(kw, budget=b), seeds, measure)
@@ -1179,6 +1180,19 @@ def one_task(job):
         confirm(row, b_outs, sel, seeds, more)
     shutil.rmtree(work, ignore_errors=True)
     return rows, picks
+
+
+def fits_with_options(path, work, kw, budget, extra):
+    """Whether prepare --budget accepts a hand-picked setting planned over it: with the
+    memory options it chooses itself (--stream, --cache-on-host: fit_options), as the
+    selections' candidates (session 28); they train the same weights, so its accuracy is
+    the run's without them (not where it takes --batch 1: another run)."""
+    try:
+        s = prepare(path, os.path.join(work, 'fits'), log=lambda *x: None,
+                    **dict(kw, budget=budget), **extra)
+    except PrepareError:
+        return False
+    return '--batch 1' not in (s.get('chose') or ())
 
 
 def best_fitting(row):
