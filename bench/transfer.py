@@ -111,7 +111,9 @@ auto's trials draw from the training split only), averaged over SEEDS shuffle se
   cls           the classifier only;  last:N  ONERT's last N ops;  full  every layer;
   bias          the classifier and the biases of every layer before it (TTE's bias-only);
   half:OP       the classifier and op OP (the layer before it) at half its output channels
-  a hand-picked setting over the budget shows its accuracy in brackets [..]
+  a hand-picked setting over the budget shows its accuracy in brackets [..] (over it
+                even with the memory options prepare --budget chooses itself, --stream,
+                --cache-on-host, as the selections' candidates: fits_with_options)
   best          the best hand-picked setting that fits
 --batch N trains every run and trial at batch N (default 1); --budgets 0,2 runs only those
 of the three budgets (0: the classifier's plus 5 KB, 1: halfway, 2: full fine-tuning;
