@@ -1526,6 +1526,22 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
     return h, p2, s2, cache, flags
 
 
+def fit_alternatives(s, target, data, given):
+    """[(settings, target) overrides] of the memory options fit_options may choose for a
+    selection's choice (OPTIONS the user left to prepare: --stream, --cache-on-host, each
+    alone and both; not --batch 1, which trains otherwise than the trials): a candidate
+    fits the budget with any of them (select.Pricer.fits), as a --train given by hand
+    does."""
+    free = []
+    if 'stream' not in given and not s.get('stream'):
+        free.append(({'stream': True}, {}))
+    if 'cache' not in given and not target.get('cache') and data:
+        free.append(({}, {'cache': 'host'}))
+    if len(free) == 2:
+        free.append(({'stream': True}, {'cache': 'host'}))
+    return free
+
+
 def select_fitting(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
                    split_seed, layers, log, target, dequantize, given):
     """run_select; where not even the classifier fits, again with each memory option the
@@ -1537,6 +1553,8 @@ def select_fitting(mode, model_path, data, s, prof, budget, backend, rewrite, te
     pass would run the frozen layers the cache leaves out), as where the host's best fits
     only without the pass."""
     from . import select as sl
+    if budget or (prof or {}).get('heap'):
+        target = dict(target, options=fit_alternatives(s, target, data, given))
     sel = run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
                      split_seed, layers, log, target, dequantize, given)
     nothing = lambda r: r.get('fallback', '').startswith('nothing fits')   # noqa: E731
@@ -1550,7 +1568,8 @@ def select_fitting(mode, model_path, data, s, prof, budget, backend, rewrite, te
             continue
         s2 = dict(s, stream=True) if name == 'stream' else dict(s, batch=1) if (
             name == 'batch') else s
-        t2 = dict(target, cache='host') if name == 'cache' else target
+        t2 = dict(target, cache='host', options=()) if name == 'cache' else dict(
+            target, options=())
         # the board's scoring pass runs the frozen layers: with the cache, the host's
         # choice (--select auto's) trains and the board does not score
         m2 = 'auto' if name == 'cache' else mode

@@ -292,10 +292,16 @@ class Pricer(_Fits):
         """target: prepare's plan_memory arguments besides the graph ({'board', 'cache',
         'bands'}): every candidate is priced for the board, cache and row bands the
         user's prepare plans with, so the choice's price is its final plan; its
-        'input_rms', the data's, scales the input as prepare will (inscale.scale_input)."""
+        'input_rms', the data's, scales the input as prepare will (inscale.scale_input);
+        its 'options', [(settings, target) overrides]: the memory options prepare's fit
+        pass may choose for the choice (pipeline.fit_options: --stream, --cache-on-host),
+        with any of which a candidate fits too (fits)."""
         from ..formats.circle_io import read_model
         self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
         self.target = dict(target or {})
+        options = self.target.pop('options', None) or ()
+        self.alts = [Pricer(model_path, dict(settings, **so), backend, rewrite,
+                            dict(self.target, **to)) for so, to in options]
         self.g0 = read_model(model_path)
         self.g0.input_rms = self.target.pop('input_rms', None)
         # (flash: the trained tensor shapes ('writes') -> None, or why the board's flash file
@@ -326,9 +332,18 @@ class Pricer(_Fits):
 
     def fits(self, ranks, limit, fisher=False):
         """limit(heap plan) -> bytes or None (prepare's budget and board profile); a
-        candidate whose checkpoints the board's flash cannot hold does not fit either."""
+        candidate whose checkpoints the board's flash cannot hold does not fit either.  A
+        candidate over the limit with the user's memory options fits where it does with
+        one of self.alts' (prepare then chooses that option for it, as it does for a
+        --train given by hand; a board's scoring pass does not go with --cache-on-host):
+        priced with the user's alone, a selection on rp2040's defaults (an LSTM, warped
+        series) left out last:15, which prepare --train last:15 trains with the cache
+        (0.660 against the selection's 0.579)."""
         p = self.price(ranks, fisher)
-        return self._within(p, limit(p['plan']) if limit else None)
+        if self._within(p, limit(p['plan']) if limit else None):
+            return True
+        return any(a.fits(ranks, limit, fisher) for a in self.alts
+                   if not (fisher and a.target.get('cache')))
 
 
 def trained_params(g, p) -> int:
