@@ -670,11 +670,10 @@ def sedw_circle():
 SSEQ = 16           # the series GRU's steps (series_data.L = 128: 8 samples a step)
 
 
-def sgru_circle():
-    """A GRU over one-channel series (issue 28, session 22: held out): the series as
-    SSEQ steps of L / SSEQ samples, GRU hidden 24, its final state -> Linear(24, 8);
-    pre-trained on the shapes 0-4 as cnn1d_circle (seeded, cached)."""
-    path = os.path.join(TMP, 'sgru-%d.circle' % SSEQ)
+def _series_rnn(cell, path):
+    """A recurrent net over one-channel series: the series as SSEQ steps of L / SSEQ
+    samples, cell (nn.GRU, nn.LSTM) of hidden 24, its final state -> Linear(24, 8);
+    pre-trained on the shapes 0-4 as cnn1d_circle (seeded, cached at path)."""
     if os.path.exists(path):
         return path
     import torch
@@ -683,24 +682,30 @@ def sgru_circle():
     import make_tico
     f = series_data.L // SSEQ
 
-    class GRUNet(nn.Module):
+    class RNNNet(nn.Module):
         def __init__(self):
             super().__init__()
-            self.rnn = nn.GRU(f, 24, batch_first=True)
+            self.rnn = getattr(nn, cell)(f, 24, batch_first=True)
             self.fc = nn.Linear(24, len(series_data.CLASSES))
 
         def forward(self, x):
-            return self.fc(self.rnn(x)[1][0])
+            h = self.rnn(x)[1]
+            return self.fc((h[0] if cell == 'LSTM' else h)[0])
     torch.manual_seed(0)
     torch.set_num_threads(1)
     x, y = series_data.generate(IMU_N, 100)
-    m = make_tico.pretrain(GRUNet(), x.reshape(len(x), SSEQ, f), y, epochs=12,
+    m = make_tico.pretrain(RNNNet(), x.reshape(len(x), SSEQ, f), y, epochs=12,
                            classes=series_data.PRETRAIN, shape=(SSEQ, f))
     return _convert(m, (1, SSEQ, f), path)
 
 
+def sgru_circle():
+    """A GRU over one-channel series (issue 28, session 22: held out): _series_rnn's."""
+    return _series_rnn('GRU', os.path.join(TMP, 'sgru-%d.circle' % SSEQ))
+
+
 def series_seq_task_data(name, n):
-    """series_task_data's series as the GRU's sequences [SSEQ, L / SSEQ]."""
+    """series_task_data's series as the recurrent nets' sequences [SSEQ, L / SSEQ]."""
     path, split = series_task_data(name, n)
     z = np.load(path)
     seq = path[:-4] + '-sseq.npz'
@@ -745,46 +750,10 @@ def resproj_circle():
     return _digits_pretrained(m, path)
 
 
-LSEQ = 16           # the series LSTM's steps (series_data.L = 128: 8 samples a step)
-
-
 def lstm_circle():
     """An LSTM over one-channel series (issue 28, session 28: held out; no LSTM was in
-    the bench): the series as LSEQ steps of L / LSEQ samples, LSTM hidden 24, its final
-    state -> Linear(24, 8); pre-trained on the shapes 0-4 as cnn1d_circle (seeded,
-    cached)."""
-    path = os.path.join(TMP, 'lstm-%d.circle' % LSEQ)
-    if os.path.exists(path):
-        return path
-    import torch
-    import torch.nn as nn
-    sys.path.insert(0, DIGITS)
-    import make_tico
-    f = series_data.L // LSEQ
-
-    class LSTMNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rnn = nn.LSTM(f, 24, batch_first=True)
-            self.fc = nn.Linear(24, len(series_data.CLASSES))
-
-        def forward(self, x):
-            return self.fc(self.rnn(x)[1][0][0])
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    x, y = series_data.generate(IMU_N, 100)
-    m = make_tico.pretrain(LSTMNet(), x.reshape(len(x), LSEQ, f), y, epochs=12,
-                           classes=series_data.PRETRAIN, shape=(LSEQ, f))
-    return _convert(m, (1, LSEQ, f), path)
-
-
-def lstm_task_data(name, n):
-    """series_task_data's series as the LSTM's sequences [LSEQ, L / LSEQ]."""
-    path, split = series_task_data(name, n)
-    z = np.load(path)
-    seq = path[:-4] + '-lseq.npz'
-    savez(seq, x=np.ascontiguousarray(z['x'].reshape(len(z['x']), LSEQ, -1)), y=z['y'])
-    return seq, split
+    the bench): _series_rnn's, its sequences series_seq_task_data's."""
+    return _series_rnn('LSTM', os.path.join(TMP, 'lstm-%d.circle' % SSEQ))
 
 
 def oc1d_onnx():
@@ -979,7 +948,7 @@ MODELS = {
     'sedw': (sedw_circle, task_data, ('occluded', 'new-classes')),
     # held out from every rule up to session 27's
     'resproj': (resproj_circle, task_data, ('rescaled', 'new-classes')),
-    'lstm': (lstm_circle, lstm_task_data, ('warped', 'new-classes')),
+    'lstm': (lstm_circle, series_seq_task_data, ('warped', 'new-classes')),
     'oc1d': (oc1d_onnx, imu_1d_task_data, ('basic-motions', 'placement')),
     'tabmlp': (tabmlp_circle, tab_task_data, ('recalibrated', 'dropped')),
     # made outside the project (--heldout DIR)

@@ -140,9 +140,8 @@ def test_board_stores_samples_as_uint8_where_float32_overflows(tmp_path):
         prepare(model, str(tmp_path / 'f32'), dtype='float32', log=lambda *a: None, **kw)
 
 
-def test_out_of_memory_in_an_epochs_end_says_after_that_epoch(tmp_path, capsys, monkeypatch):
-    """A run out of memory in the save after its one epoch said 'out of memory at epoch 2
-    sample 1' (the position after the epoch counter moved on); now 'after epoch 1'."""
+def _one_epoch_run(tmp_path):
+    """(run folder, utrain.run) of a one-epoch MLP run with a test split, prepared."""
     import importlib
     rng = np.random.default_rng(1)
     x = rng.standard_normal((24, F)).astype(np.float32)
@@ -151,7 +150,13 @@ def test_out_of_memory_in_an_epochs_end_says_after_that_epoch(tmp_path, capsys, 
     prepare(_mlp(tmp_path / 'm.tflite'), str(d), data=str(tmp_path / 'd.npz'),
             test_split=0.25, loss='scce', from_logits=True, epochs=1, log=lambda *a: None)
     sys.path.insert(0, os.path.join(ROOT, 'micro'))
-    run = importlib.import_module('utrain.run')
+    return d, importlib.import_module('utrain.run')
+
+
+def test_out_of_memory_in_an_epochs_end_says_after_that_epoch(tmp_path, capsys, monkeypatch):
+    """A run out of memory in the save after its one epoch said 'out of memory at epoch 2
+    sample 1' (the position after the epoch counter moved on); now 'after epoch 1'."""
+    d, run = _one_epoch_run(tmp_path)
     ends = []
     monkeypatch.setattr(run, 'end', ends.append)
 
@@ -172,15 +177,8 @@ def test_out_of_memory_while_loading_the_data_says_before_training(tmp_path, cap
     (the datasets, the best weights' record, train.log: the Esp32-Pen int8 CNN failed
     reading train.log's tail) said 'out of memory at epoch 1 sample 1'; now 'before
     training'."""
+    d, run = _one_epoch_run(tmp_path)
     import importlib
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((24, F)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=x, y=x[:, :O].argmax(axis=1))
-    d = tmp_path / 'run'
-    prepare(_mlp(tmp_path / 'm.tflite'), str(d), data=str(tmp_path / 'd.npz'),
-            test_split=0.25, loss='scce', from_logits=True, epochs=1, log=lambda *a: None)
-    sys.path.insert(0, os.path.join(ROOT, 'micro'))
-    run = importlib.import_module('utrain.run')
     data = importlib.import_module('utrain.data')
     ends = []
     monkeypatch.setattr(run, 'end', ends.append)
