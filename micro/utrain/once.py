@@ -37,6 +37,15 @@ def last_logged(path, resume):
         return -1
 
 
+def resume(tr, ckpt):
+    # the checkpoint read into trainer tr, and where it goes on ("epochs" edited down to
+    # the checkpoint's: the run had ended 'ok', unsaid)
+    tr.load_checkpoint(ckpt)
+    n = tr.cfg['epochs']
+    print('resumed from %s at epoch %d, sample %d%s' % (ckpt, tr.epoch, tr.pos, (
+        ': nothing to train ("epochs" %d)' % n) * (tr.epoch >= n)))
+
+
 def fs_error(name, e):
     """What to say about OSError e while writing file `name`."""
     import os

@@ -188,11 +188,7 @@ def main(cfg_path='train.json'):
     metric = c['metric']
     ckpt = files.get('checkpoint')
     if resume:
-        tr.load_checkpoint(ckpt)
-        # ("epochs" edited down to the checkpoint's: the run had ended 'ok', unsaid)
-        n = c['epochs']
-        print('resumed from %s at epoch %d, sample %d%s' % (ckpt, tr.epoch, tr.pos, (
-            ': nothing to train ("epochs" %d)' % n) * (tr.epoch >= n)))
+        aux('once', 'resume', tr, ckpt)
     test = Dataset(files['test'], not raw) if files.get('test') else None
     keep = run.get('keep_best', False) and test   # validation-gated saving
     rec = None
