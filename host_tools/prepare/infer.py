@@ -28,6 +28,10 @@ class InferError(ValueError):
     pass
 
 
+class NoRuntime(InferError):
+    """The runtime a model file runs under is not installed (ONNX Runtime)."""
+
+
 def _q(t):
     q = t.quant or {}
     return float((q.get('scale') or [1.0])[0]), int((q.get('zero_point') or [0])[0])
@@ -258,7 +262,7 @@ def onnx_predictor(path):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise InferError(f'{path}: an ONNX model runs on the host under ONNX Runtime: pip '
+        raise NoRuntime(f'{path}: an ONNX model runs on the host under ONNX Runtime: pip '
                          'install onnxruntime (the version in requirements.txt)') from None
     try:
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
@@ -304,7 +308,10 @@ def predictor(path, read=None):
     if not os.path.exists(path):
         raise InferError(f'{path}: no such model file')
     if path.lower().endswith('.onnx'):
-        run = onnx_predictor(path)
+        try:
+            run, missing = onnx_predictor(path), None
+        except NoRuntime as e:
+            run, missing = None, e
         # (refused as inspect and prepare refuse it: weights of NaN had been scored
         # 'cross-entropy nan'; a graph utrain does not read is ONNX Runtime's alone)
         from ..files.validate import runnable
@@ -314,11 +321,18 @@ def predictor(path, read=None):
                 g = read_model(path)
             except ValueError:
                 pass
+        if g is None and missing:
+            raise missing
         if g is not None:
             try:
                 runnable(g)
             except ValueError as e:
                 raise InferError(str(e)) from None
+        if missing:
+            return _onnx_own_forward(path, g, missing), (
+                'utrain\'s own forward (the board\'s code under CPython and numpy; ONNX '
+                'Runtime, the reference runtime, is not installed: pip install onnxruntime '
+                'to score it there)'), None
         return run, 'ONNX Runtime', None
     g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
@@ -372,6 +386,24 @@ def _last_resort(path, g, why, probe, dequantized=False):
         raise why from None     # runtime's own reason stands
     return run, ('utrain\'s own forward (the board\'s code under CPython and numpy; no '
                  'reference runtime here runs it: ' + _first_line(why) + ')'), g
+
+
+def _onnx_own_forward(path, g, missing):
+    """utrain_predictor of an .onnx model utrain reads (graph g) where ONNX Runtime is not
+    installed (missing: its refusal, which stands when utrain cannot run it either), as a
+    .circle ONERT cannot run falls back to it: samples in the file's own layout, as
+    onnx_predictor takes them."""
+    shape = [1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]]
+    try:
+        run = utrain_predictor(path)
+        run(np.zeros(shape, np.float32))
+    except Exception as e:      # noqa: B902 - prepare refuses it, or utrain cannot run it
+        raise InferError(f'{missing}; utrain\'s own forward cannot run it either: '
+                         f'{_first_line(e)}') from None
+    run.shape = shape
+    if g.outputs:
+        run.out_shape = [1] + [int(d) for d in g.tensors[g.outputs[0]].shape[1:]]
+    return run
 
 
 def utrain_predictor(path):
