@@ -745,8 +745,9 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             return evaluate(path, data, nchw, metric, label, size, limit, output)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
-        from ..files.dataset import class_labels
+        from ..files.dataset import class_labels, two_class_labels
         class_labels(h, data)
+        two_class_labels(h, data)
         # (an .onnx model's outputs the reader left out: ORT still makes them, the output
         # scored is the one prepare trains)
         if len(h.inputs) > 1 or len(h.outputs) > 1 or getattr(h, 'onnx_dropped', None):

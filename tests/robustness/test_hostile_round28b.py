@@ -88,3 +88,29 @@ def test_output_takes_the_files_place_of_an_output(tmp_path, classes):
     assert code == 0, err       # (utrain's 0 stays what it was)
     code, err = says(['evaluate', model, tmp_path / 'd.npz', '--output', '2'])
     assert code == 2 and "(the file's output 1, 'output_probability')" in err, err
+
+
+# ------------------------------------------------------------------ a binary head given 3 classes
+@pytest.mark.parametrize('labels,advice', [
+    ([0, 1, 2], 'a model of 3 classes ending in a softmax over 3 outputs'),
+    ([1, 2], 'np.searchsorted([1, 2], y)')])
+def test_a_two_class_head_given_other_labels_is_refused(tmp_path, labels, advice):
+    """A model ending in Concat(1 - p, p) of a sigmoid (skl2onnx's binary MLPClassifier),
+    which utrain trains as p with bce on labels 0 and 1 (its note says so), given labels
+    0/1/2 or 1/2: mse was chosen (bce with --loss bce) with a warning that the sigmoid
+    cannot reach them, and it trained.  Refused by prepare (nothing written) and evaluate,
+    saying what to give."""
+    model, x = _skl(tmp_path, 1)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.array(labels * 12)[:12])
+    for extra in ([], ['--loss', 'bce']):
+        code, err = says(['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--lr',
+                          '0.05', '--epochs', '1'] + extra)
+        assert code == 2 and f'{tmp_path / "d.npz"}: labels ' in err and \
+            'with bce on labels 0 and 1: give labels 0 and 1' in err and advice in err, err
+        assert not (tmp_path / 'r').exists()
+    code, err = says(['evaluate', model, tmp_path / 'd.npz'])
+    assert code == 2 and 'give labels 0 and 1' in err, err
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(12) % 2)        # (0 and 1 train)
+    code, err = says(['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--lr',
+                      '0.05', '--epochs', '1'])
+    assert code == 0, err
