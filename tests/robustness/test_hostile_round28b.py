@@ -114,3 +114,50 @@ def test_a_two_class_head_given_other_labels_is_refused(tmp_path, labels, advice
     code, err = says(['prepare', model, tmp_path / 'd.npz', '-o', tmp_path / 'r', '--lr',
                       '0.05', '--epochs', '1'])
     assert code == 0, err
+
+
+# ------------------------------------------------------------------ exit 130, never by the signal
+LATE = '''
+import os, signal, sys, types
+from host_tools import cli
+
+class Late:         # (a Ctrl-C during CPython's teardown of the modules, as a second
+    # press after 'stopped', or one as the command ends, comes)
+    def __del__(self, kill=os.kill, pid=os.getpid(), sig=signal.SIGINT):
+        kill(pid, sig)
+
+m = types.ModuleType('late')
+m.late = Late()
+sys.modules['late'] = m
+if sys.argv[1] == 'stopped':        # (a Ctrl-C in the command too)
+    def stop(a):
+        os.kill(os.getpid(), signal.SIGINT)
+        import time
+        time.sleep(5)
+    cli.cmd_inspect = stop
+from host_tools.__main__ import run
+sys.argv = ['utrain', 'inspect', sys.argv[2]]
+sys.exit(run())
+'''
+
+
+@pytest.mark.parametrize('case,code', [('stopped', 130), ('refused', 2)])
+def test_a_ctrl_c_during_the_teardown_leaves_the_exit_code(tmp_path, case, code):
+    """A SIGINT while CPython tears the modules down after the command (it sets SIGINT
+    back to the system's default first): the process ended by the signal (-2 to its
+    parent, no exit code) after printing 'stopped (Ctrl-C): ... did not finish', or after
+    a refusal.  The exit code is the command's: 130 after a Ctrl-C, 2 after a refusal."""
+    import subprocess
+    from repo import ROOT
+    (tmp_path / 'late.py').write_text(LATE)
+    if case == 'stopped':
+        from test_pipeline import small_mlp
+        model = small_mlp(str(tmp_path / 'm.circle'))
+    else:
+        model = tmp_path / 'none.circle'
+    r = subprocess.run([sys.executable, tmp_path / 'late.py', case, model], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == code and 'Traceback' not in r.stderr, (r.returncode, r.stderr)
+    assert ('stopped (Ctrl-C): inspect did not finish' if case == 'stopped' else 'error: ') \
+        in r.stderr, r.stderr
