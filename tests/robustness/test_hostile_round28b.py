@@ -59,6 +59,23 @@ def test_evaluate_of_an_onnx_without_onnx_runtime_runs_utrains_own_forward(tmp_p
     assert code == 0, err
 
 
+@pytest.mark.parametrize('classes', [3, 2])
+def test_evaluate_of_an_skl2onnx_classifier_without_onnx_runtime(tmp_path, monkeypatch,
+                                                                  classes):
+    """The same for a model of several outputs (skl2onnx's MLPClassifier: a label output
+    utrain leaves out, and the probabilities; a binary one's (1 - p, p)): scored on the
+    output utrain trains, as ONNX Runtime scores it."""
+    from host_tools.prepare.infer import evaluate
+    model, x = _skl(tmp_path, 1 if classes == 2 else classes)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(12) % 2)
+    ref = evaluate(model, tmp_path / 'd.npz')
+    monkeypatch.setitem(sys.modules, 'onnxruntime', None)
+    got = evaluate(model, tmp_path / 'd.npz')
+    assert got['runtime'].startswith('utrain\'s own forward') and ref['runtime'] == 'ONNX Runtime'
+    assert got['hits'] == ref['hits'] and abs(got['loss'] - ref['loss']) < 1e-4 and \
+        got['output'] == ref['output'], (got, ref)
+
+
 # ------------------------------------------------------------------ --output as the file's place
 def _skl(tmp_path, n):
     from test_onnx import _skl_mlp_classifier
