@@ -774,6 +774,37 @@ def split(n: int, test_split: float, seed: int):
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])
 
 
+def two_class_labels(g, data) -> None:
+    """Refuse targets other than 0 and 1 (labels 0, 1, 2; 1 and 2; values outside 0 to 1)
+    for a model ending in the two probabilities (1 - p, p) of one sigmoid (g.two_class:
+    skl2onnx's binary MLPClassifier), which utrain trains as p with bce on labels 0 and 1:
+    labels 0/1/2 had trained p as a regression to them (mse, a warning that it cannot
+    reach them) though the model's note said bce on 0 and 1."""
+    n = getattr(g, 'two_class', None)
+    if n is None or not data:
+        return
+    y = targets_of(data)
+    if y is None or not np.size(y) or (np.ndim(y) > 1 and np.shape(y)[1] > 1):
+        return
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(y)) or (y.min() >= 0 and y.max() <= 1):
+        return
+    labels = np.unique(y)
+    whole = bool(np.all(labels == np.round(labels)))
+    said = (f'labels {", ".join(f"{v:g}" for v in labels[:6])}' + (', ...' if len(labels) > 6
+                                                                    else '')
+            if whole else f'targets from {y.min():g} to {y.max():g}')
+    instead = (f'labels 0 and 1 (np.searchsorted({[int(v) for v in labels]}, y))'
+               if whole and len(labels) == 2 else 'labels 0 and 1 (class 1 against the others)')
+    more = (f', or a model of {len(labels)} classes ending in a softmax over {len(labels)} '
+            f'outputs (skl2onnx writes one for a classifier fitted on {len(labels)} classes)'
+            if whole and len(labels) > 2 else '')
+    raise DataError(f'{data}: {said}, and {g.path} ends in the two probabilities (1 - p, p) '
+                    f'of one sigmoid (op {n}, CONCATENATION): a classifier of two classes, '
+                    f'which trains as p, the probability of class 1, with bce on labels 0 and '
+                    f'1: give {instead}{more}')
+
+
 def class_labels(g, data) -> None:
     """Refuse data whose labels are an .onnx classifier's class labels (skl2onnx's
     classes, its label output's: [3, 7], [1, 2, 3]) where the probabilities utrain trains

@@ -546,6 +546,9 @@ class _Reader(RecurrentOps):
         gr.output_names = {vi.name: self.get(vi.name, 'plain') for vi in live
                            if vi.name not in dict(passed)
                            and self.tensors[self.get(vi.name, 'plain')].name != vi.name}
+        # the file's outputs by place, as ONNX Runtime and Netron list them (those left
+        # out too): --output takes a place of the file's where utrain's count differs
+        gr.file_outputs = [vi.name for vi in g.output]
         # the class labels a label output picks from by the probabilities' place
         # (skl2onnx: ArgMax, then ArrayFeatureExtractor of its classes), where they are not
         # those places: validate.class_labels

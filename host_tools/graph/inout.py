@@ -140,6 +140,44 @@ def _fits(n: int, y) -> bool:
     return n == 1
 
 
+def _file_of(g: Graph, k: int):
+    """(place, name) of output tensor k among the file's outputs (an .onnx's
+    g.file_outputs, those utrain leaves out too: skl2onnx's output_label before
+    output_probability), or None."""
+    alias = getattr(g, 'output_names', None) or {}
+    return next(((p, n) for p, n in enumerate(getattr(g, 'file_outputs', None) or ())
+                 if alias.get(n) == k or (n not in alias and n == g.tensors[k].name)), None)
+
+
+def _file_said(g: Graph, k: int, j: int) -> str:
+    """' (the file's output P, NAME)' for output tensor k, utrain's output j, where the
+    file numbers or names it otherwise; else ''."""
+    f = _file_of(g, k)
+    if f is None or (f[0] == j and f[1] == io_name(g, k)):
+        return ''
+    return f' (the file\'s output {f[0]}, {f[1]!r})'
+
+
+def _file_place(g: Graph, order, i: int, desc):
+    """utrain's place of the output --output's number i picks: i itself where utrain has
+    an output i (the listings name the file's place beside it where that differs); else
+    the file's output i (ONNX Runtime's and Netron's numbering, the outputs utrain leaves
+    out counted: skl2onnx's output_probability is its output 1), refused where that is one
+    utrain leaves out (why, and what to give)."""
+    files = getattr(g, 'file_outputs', None)
+    if 0 <= i < len(order) or not files or not 0 <= i < len(files):
+        return i
+    name = files[i]
+    k = next((k for k in order if (_file_of(g, k) or (None, None))[1] == name), None)
+    if k is None:
+        why = dict(getattr(g, 'onnx_dropped', None) or ()).get(name, 'utrain does not train it')
+        raise ValueError(f'{g.path}: --output {i}: the file\'s output {i}, {name!r}, is left '
+                         f'out ({why}); the outputs utrain trains are '
+                         + ', '.join(desc(j) for j in range(len(order)))
+                         + ': give one\'s place or name')
+    return order.index(k)
+
+
 def choose_output(g: Graph, which=None, y=None):
     """The output the loss reads, of a model with several, goes first in g.outputs (where
     every pass reads it); g.output_at is its place in the file's outputs (prune_outputs
@@ -149,7 +187,8 @@ def choose_output(g: Graph, which=None, y=None):
     or none does).  Returns a line saying which output trains and how to choose
     another, or None for a model with one output."""
     outs, order = list(g.outputs), natural(g, g.outputs)
-    desc = lambda j: f'{j} {io_name(g, order[j])!r} {list(g.tensors[order[j]].shape)}'  # noqa: E731
+    desc = lambda j: f'{j} {io_name(g, order[j])!r} {list(g.tensors[order[j]].shape)}' \
+        + _file_said(g, order[j], j)  # noqa: E731
     how = ''
     if which is None or which == '':
         # (an output whose size the file knows only at run time, -1s past the batch in its
@@ -166,6 +205,8 @@ def choose_output(g: Graph, which=None, y=None):
         named = [j for j, k in enumerate(order) if w in (io_name(g, k), g.tensors[k].name)
                  or alias.get(w) == k]
         i = int(w) if w.lstrip('-').isdigit() else named[0] if len(named) == 1 else None
+        if i is not None and w.lstrip('-').isdigit():
+            i = _file_place(g, order, i, desc)
         if i is None or not 0 <= i < len(order):
             if len(named) > 1:
                 raise ValueError(f'{g.path}: --output {which!r} names outputs '

@@ -9,7 +9,8 @@ code, so the score of an exported model says what the board's training did to it
                           quantized with the input's scale, outputs dequantized
   onnx                    ONNX Runtime (inference), samples in the model's own layout
   a float model none of   utrain's own forward (utrain_predictor: the board's code under
-  these runs              CPython; evaluate names it as the runtime): tico's GRU
+  these runs              CPython; evaluate names it as the runtime): tico's GRU; an .onnx
+                          of one input where ONNX Runtime is not installed
 
 predictor(path) returns a function from samples (one per row of the first axis, laid out
 as the model's input) to outputs (float64, one row per sample)."""
@@ -26,6 +27,10 @@ from ..target.device import light_gc
 
 class InferError(ValueError):
     pass
+
+
+class NoRuntime(InferError):
+    """The runtime a model file runs under is not installed (ONNX Runtime)."""
 
 
 def _q(t):
@@ -258,7 +263,7 @@ def onnx_predictor(path):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise InferError(f'{path}: an ONNX model runs on the host under ONNX Runtime: pip '
+        raise NoRuntime(f'{path}: an ONNX model runs on the host under ONNX Runtime: pip '
                          'install onnxruntime (the version in requirements.txt)') from None
     try:
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
@@ -304,7 +309,10 @@ def predictor(path, read=None):
     if not os.path.exists(path):
         raise InferError(f'{path}: no such model file')
     if path.lower().endswith('.onnx'):
-        run = onnx_predictor(path)
+        try:
+            run, missing = onnx_predictor(path), None
+        except NoRuntime as e:
+            run, missing = None, e
         # (refused as inspect and prepare refuse it: weights of NaN had been scored
         # 'cross-entropy nan'; a graph utrain does not read is ONNX Runtime's alone)
         from ..files.validate import runnable
@@ -314,11 +322,15 @@ def predictor(path, read=None):
                 g = read_model(path)
             except ValueError:
                 pass
+        if g is None and missing:
+            raise missing
         if g is not None:
             try:
                 runnable(g)
             except ValueError as e:
                 raise InferError(str(e)) from None
+        if missing:
+            return _onnx_own_forward(path, g, missing), _OWN_ONNX, None
         return run, 'ONNX Runtime', None
     g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
@@ -374,16 +386,41 @@ def _last_resort(path, g, why, probe, dequantized=False):
                  'reference runtime here runs it: ' + _first_line(why) + ')'), g
 
 
-def utrain_predictor(path):
+_OWN_ONNX = ('utrain\'s own forward (the board\'s code under CPython and numpy; ONNX Runtime, '
+             'the reference runtime, is not installed: pip install onnxruntime to score it '
+             'there)')
+
+
+def _onnx_own_forward(path, g, missing, output=None):
+    """utrain_predictor of an .onnx model utrain reads (graph g) where ONNX Runtime is not
+    installed (missing: its refusal, which stands when utrain cannot run it either), as a
+    .circle ONERT cannot run falls back to it: samples in the file's own layout, as
+    onnx_predictor takes them."""
+    shape = [1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]]
+    try:
+        run = utrain_predictor(path, output)
+        run(np.zeros(shape, np.float32))
+    except Exception as e:      # noqa: B902 - prepare refuses it, or utrain cannot run it
+        raise InferError(f'{missing}; utrain\'s own forward cannot run it either: '
+                         f'{_first_line(e)}') from None
+    run.shape = shape
+    if g.outputs:
+        run.out_shape = [1] + [int(d) for d in g.tensors[g.outputs[0]].shape[1:]]
+    return run
+
+
+def utrain_predictor(path, output=None):
     """utrain's forward of the model file at path: the folder `prepare` would write (no
     data, the input unscaled) read by utrain.trainer.Trainer under CPython and numpy,
     one sample at a time, as the board predicts.  For a float model no reference runtime
-    here runs: the score then says what utrain computes, not an independent runtime."""
+    here runs (or an .onnx where ONNX Runtime is not installed): the score then says what
+    utrain computes, not an independent runtime.  output: --output, of a model of several."""
     import tempfile
     from .pipeline import prepare
     from ..target.device import module
     keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
-    s = prepare(path, keep.name, scale_input=False, log=lambda *a, **k: None)
+    s = prepare(path, keep.name, scale_input=False, log=lambda *a, **k: None,
+                **({'output': output} if output is not None else {}))
     perm = s.get('input_perm')
     tr = module('trainer').Trainer(os.path.join(keep.name, 'model.flat'),
                                    os.path.join(keep.name, 'weights.wof'))
@@ -550,7 +587,16 @@ def several_predictor(path, g):
     onert_predictor runs it)."""
     ins, k = [g.tensors[j] for j in g.file_inputs], g.tensors[g.outputs[0]]
     if os.fspath(path).lower().endswith('.onnx'):
-        onnx_predictor(path)            # (ONNX Runtime installed and loads it)
+        try:
+            onnx_predictor(path)            # (ONNX Runtime installed and loads it)
+        except NoRuntime as e:
+            if len(ins) != 1:       # (utrain's run takes several inputs joined: refused)
+                raise
+            # (skl2onnx's classifiers: the probabilities beside a label output utrain
+            # leaves out) utrain's own forward of the output chosen, as predictor's
+            run = _onnx_own_forward(path, g, e, output=getattr(g, 'output_place', None))
+            t = ins[0]
+            return (lambda feeds, i: run(feeds[t.name][i:i + 1])), _OWN_ONNX
         import onnxruntime as ort
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
         name, col = k.name, None
@@ -713,8 +759,9 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             return evaluate(path, data, nchw, metric, label, size, limit, output)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
-        from ..files.dataset import class_labels
+        from ..files.dataset import class_labels, two_class_labels
         class_labels(h, data)
+        two_class_labels(h, data)
         # (an .onnx model's outputs the reader left out: ORT still makes them, the output
         # scored is the one prepare trains)
         if len(h.inputs) > 1 or len(h.outputs) > 1 or getattr(h, 'onnx_dropped', None):

@@ -899,9 +899,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
     from ..files.validate import softmax_of_one
-    from ..files.dataset import class_labels
+    from ..files.dataset import class_labels, two_class_labels
     softmax_of_one(source)
     class_labels(source, data)
+    two_class_labels(source, data)
     s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,
                      log)
     if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
