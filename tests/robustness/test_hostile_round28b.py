@@ -138,17 +138,21 @@ LATE = '''
 import os, signal, sys, types
 from host_tools import cli
 
+# (a terminal's Ctrl-C raises KeyboardInterrupt: a shell without job control starts a
+# background job with SIGINT ignored, which CPython then leaves ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 class Late:         # (a Ctrl-C during CPython's teardown of the modules, as a second
     # press after 'stopped', or one as the command ends, comes)
-    def __del__(self, kill=os.kill, pid=os.getpid(), sig=signal.SIGINT):
-        kill(pid, sig)
+    def __del__(self, kill=signal.raise_signal, sig=signal.SIGINT):
+        kill(sig)
 
 m = types.ModuleType('late')
 m.late = Late()
 sys.modules['late'] = m
 if sys.argv[1] == 'stopped':        # (a Ctrl-C in the command too)
-    def stop(a):
-        os.kill(os.getpid(), signal.SIGINT)
+    def stop(a):        # (raised in this thread: os.kill may hand it to another, whose
+        signal.raise_signal(signal.SIGINT)      # signal never wakes this one's sleep)
         import time
         time.sleep(5)
     cli.cmd_inspect = stop
