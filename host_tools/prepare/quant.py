@@ -2836,27 +2836,18 @@ def _side(g: Graph, p, tag, ok, what, file_what) -> None:
     """A side file a run wrote beside trained.wof (utrain.q8kern side_save: tag, then per
     tensor u32 its index, u32 its bytes, the bytes) into g's tensors; ok {tensor: bytes}
     the ones it may hold; what / file_what name them in a refusal."""
-    import struct
     if not os.path.exists(p):
         return
-    with open(p, 'rb') as f:
-        data = f.read()
     try:        # (each layer the run trains must be there, as the board requires: one cut
-        module('q8kern').side_load(p, tag, ok)      # at a record had left the model's)
+        got = module('q8kern').side_load(p, tag, ok)    # at a record had left the model's)
     except ValueError as e:
         raise ValueError(f'{p}: not {file_what} of this model ({str(e).split(": ", 1)[-1]})') from None
-    o = 4 if data[:4] == tag else len(data) + 1
-    while o + 8 <= len(data):
-        k, n = struct.unpack_from('<II', data, o)
-        if ok.get(k) != n or o + 8 + n > len(data):
-            raise ValueError(f'{p}: tensor {k} ({n} bytes) is not {what} of this model '
+    for k, v in got.items():        # (side_load read it whole: tag, records, no tail)
+        if ok.get(k) != len(v):
+            raise ValueError(f'{p}: tensor {k} ({len(v)} bytes) is not {what} of this model '
                              f'(prepare writes {os.path.basename(p)} beside the run)')
         t = g.tensors[k]
-        t.data = np.frombuffer(data[o + 8:o + 8 + n], np.int8 if t.dtype == 'int8' else '<i4'
-                               ).reshape(t.shape).copy()
-        o += 8 + n
-    if o != len(data):
-        raise ValueError(f'{p}: not {file_what} of this model')
+        t.data = np.frombuffer(v, np.int8 if t.dtype == 'int8' else '<i4').reshape(t.shape).copy()
 
 
 def embedded(g: Graph, m: dict, wof_path) -> None:
