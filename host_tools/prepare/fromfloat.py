@@ -619,6 +619,7 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
                        and y.size and np.all(np.isfinite(y)) else None)
         og.path = model_path
         og.regression = loss in ('mse', 'mae')     # (its output no logits: quant.regressed)
+        og.dead_relu = s.get('dead_relu')   # (the float prepare's warning: said by the caller)
         # an unrolled loop's (a Keras RNN's WHILE): where each trained tensor is in the
         # file, for export to write the file as it is (pipeline.write_in_place)
         og.file_tensors = s.get('file_tensors')

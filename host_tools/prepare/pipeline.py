@@ -1200,6 +1200,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         warn = dead_relu(out_dir, g, p.params, np.asarray(xy[0])[pick], model_path)
         if warn:
             log(warn)
+            summary['dead_relu'] = warn     # (an int8 run from this float one says it too)
     if not trial:
         from .select import step_macs, layer_macs
         # (a cached frozen prefix: the probe runs it once a sample, then the ops above)
@@ -1398,6 +1399,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
                                                     (test_split, split_seed), _prepare, rms,
                                                     output)
         og.optimizer = s['optimizer']       # (quant.relabel_input: inscale.adam_keeps_scale)
+        if og.dead_relu:        # (the float prepare's, whose log is silent)
+            log(og.dead_relu)
         if og.crushed and not int8:     # (prepare's own choice: float32 learns it)
             log(f'{model_path}: trains in float32 (as int8, {og.crushed[0]}; --int8 asks '
                 'for it all the same)')
