@@ -149,8 +149,17 @@ def invert_steps(a, steps):
 # --------------------------------------------------------------------------- folding
 
 def _attrs(node):
+    """{name: value} of node's attributes, strings (and lists of them) as str: protobuf
+    hands them over as bytes (a byte the text cannot hold shows as U+FFFD in a message)."""
     from onnx import helper
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def text(v):
+        if isinstance(v, bytes):
+            return v.decode('utf-8', 'replace')
+        if isinstance(v, list) and v and isinstance(v[0], bytes):
+            return [text(u) for u in v]
+        return v
+    return {a.name: text(helper.get_attribute_value(a)) for a in node.attribute}
 
 
 def _np_dtype(onnx_type):
@@ -693,8 +702,7 @@ class _Reader(RecurrentOps):
         return W.reshape(n, -1), (b if b.size else np.zeros(n, np.float32))
 
     def _ml_post(self, a, allowed):
-        pt = a.get('post_transform', b'NONE')
-        pt = pt.decode() if isinstance(pt, bytes) else str(pt)
+        pt = str(a.get('post_transform', 'NONE'))
         if pt not in allowed:
             self.err(f'post_transform {pt} is not supported here (only {", ".join(allowed)})')
         return pt
@@ -748,8 +756,7 @@ class _Reader(RecurrentOps):
 
     def ml_Normalizer(self, node, ins, a, i):
         """skl2onnx's L1 normalisation of a LogisticRegression's softmax: the same values."""
-        norm = a.get('norm', b'MAX')
-        norm = norm.decode() if isinstance(norm, bytes) else str(norm)
+        norm = str(a.get('norm', 'MAX'))
         if norm != 'L1' or ins[0] not in self.softmaxed:
             self.err(f'a {norm} Normalizer is supported only as skl2onnx writes it after a '
                      'softmax (L1: the same probabilities)')
@@ -950,7 +957,7 @@ class _Reader(RecurrentOps):
         self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))
 
     def op_Gelu(self, node, ins, a, i):
-        self._unary('GELU', node, ins, approximate=a.get('approximate', b'none') in (b'tanh', 'tanh'))
+        self._unary('GELU', node, ins, approximate=a.get('approximate') == 'tanh')
 
     def op_Clip(self, node, ins, a, i):
         lo, hi = a.get('min'), a.get('max')
@@ -1215,8 +1222,7 @@ class _Reader(RecurrentOps):
     # ---- spatial
     def _pads(self, a, H, W, kh, kw, sh, sw, dh, dw):
         """(top, left, bottom, right) from pads / auto_pad."""
-        ap = a.get('auto_pad', b'NOTSET')
-        ap = ap.decode() if isinstance(ap, bytes) else ap
+        ap = a.get('auto_pad', 'NOTSET')
         if ap in ('SAME_UPPER', 'SAME_LOWER'):
             res = []
             for n, k, s, d in ((H, kh, sh, dh), (W, kw, sw, dw)):
@@ -1343,8 +1349,7 @@ class _Reader(RecurrentOps):
             self.err('dilated transposed convolution is not supported')
         sh, sw = (list(a.get('strides', [1, 1])) + [1, 1])[:2]
         op_ = (list(a.get('output_padding', [0, 0])) + [0, 0])[:2]
-        ap = a.get('auto_pad', b'NOTSET')
-        ap = ap.decode() if isinstance(ap, bytes) else ap
+        ap = a.get('auto_pad', 'NOTSET')
         full = [(H - 1) * sh + kh + op_[0], (W - 1) * sw + kw + op_[1]]
         if 'output_shape' in a or ap in ('SAME_UPPER', 'SAME_LOWER'):
             outs = list(a['output_shape'])[-2:] if 'output_shape' in a else [H * sh, W * sw]
@@ -1994,13 +1999,10 @@ class _Reader(RecurrentOps):
         """Resize (and opset 7-9 Upsample) mode nearest by integer factors: each element
         repeated along each scaled axis (nn.Upsample(scale_factor=k), F.interpolate with
         an integer multiple of the size)."""
-        def txt(k, d):
-            u = a.get(k, d)
-            return u.decode() if isinstance(u, bytes) else u
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
-        mode = txt('mode', 'nearest')
+        mode = a.get('mode', 'nearest')
         scales = sizes = None
         scales_v = a.get('scales')                          # Upsample opset 7-8
         if node.op_type == 'Upsample' or len(ins) == 2:          # X, scales
@@ -2014,7 +2016,7 @@ class _Reader(RecurrentOps):
             out = list(s)
             for d, n in zip(axes, want):
                 out[d % r] = n
-            if txt('keep_aspect_ratio_policy', 'stretch') != 'stretch':
+            if a.get('keep_aspect_ratio_policy', 'stretch') != 'stretch':
                 self.err('keep_aspect_ratio_policy other than stretch is not supported')
         else:
             if scales is None and scales_v is None:
@@ -2027,16 +2029,16 @@ class _Reader(RecurrentOps):
         mult = [o // n if o % n == 0 else 0 for o, n in zip(out, s)]
         if (mode == 'linear' and out != list(s) or min(mult) < 1) and r == 4 and out[:2] == s[:2]:
             return self._resize_hw(node, v, s, out, mode, None if sizes is not None else
-                                   sc[-2:] if len(sc) >= 2 else None, txt)
+                                   sc[-2:] if len(sc) >= 2 else None, a)
         if min(mult) < 1:
             self.err(f'resizing {s} to {out}: utrain resizes by integer factors only '
                      '(nearest, e.g. nn.Upsample(scale_factor=2))')
         if max(mult) > 1 and mode != 'nearest':
             self.err(f"mode {mode}: utrain resizes with mode 'linear' (bilinear) or 'nearest'; "
                      "export the model with one of them")
-        ctm = txt('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
+        ctm = a.get('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
                   else 'asymmetric')
-        nm = txt('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
+        nm = a.get('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
         for n, m in zip(s, mult):
             if m > 1:
                 src = _nearest_src(n, n * m, ctm, nm)
@@ -2052,7 +2054,7 @@ class _Reader(RecurrentOps):
         self.shape[node.output[0]] = out
         (self.nhwc if lay == 'nhwc' else self.plain)[node.output[0]] = x
 
-    def _resize_hw(self, node, v, s, out, mode, sc, txt):
+    def _resize_hw(self, node, v, s, out, mode, sc, a):
         """Resize of an NCHW map's height and width, mode linear (nn.Upsample bilinear,
         F.interpolate) or nearest by factors not whole: TFLite's RESIZE_BILINEAR /
         RESIZE_NEAREST_NEIGHBOR (utrain's op_rsz) on the NHWC map, with the flags that
@@ -2061,7 +2063,7 @@ class _Reader(RecurrentOps):
         if mode not in ('linear', 'nearest'):
             self.err(f"mode {mode}: utrain resizes with mode 'linear' (bilinear) or 'nearest'; "
                      "export the model with one of them")
-        ctm = txt('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
+        ctm = a.get('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
                   else 'asymmetric')
         flags = {'half_pixel': (False, True), 'pytorch_half_pixel': (False, True),
                  'align_corners': (True, False), 'asymmetric': (False, False)}.get(ctm)
@@ -2073,10 +2075,10 @@ class _Reader(RecurrentOps):
                                                   for n, f, o in zip(s[2:], sc, out[2:])):
             self.err(f'{what}): scales [{", ".join("%g" % f for f in sc)}] do not give whole sizes; give sizes (F.interpolate(size=...)) '
                      'or scales that do')
-        if mode == 'linear' and txt('antialias', 0) and any(o < n for n, o in zip(s[2:], out[2:])):
+        if mode == 'linear' and a.get('antialias', 0) and any(o < n for n, o in zip(s[2:], out[2:])):
             self.err(f'{what}): antialias when shrinking is not supported; export with antialias=False')
         if mode == 'nearest':
-            nm = txt('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
+            nm = a.get('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
             picks = [(al, hp) for al, hp in ((False, True), (True, False), (False, False))
                      if all(np.array_equal(_nearest_src(n, o, ctm, nm, f), _resize_axis(n, o, al, hp, True)[::3])
                             for n, o, f in zip(s[2:], out[2:], sc or (None, None)))]
@@ -2097,8 +2099,7 @@ class _Reader(RecurrentOps):
         self.op_Resize(node, ins, a, i)
 
     def op_Pad(self, node, ins, a, i):
-        mode = a.get('mode', b'constant')
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = a.get('mode', 'constant')
         if mode != 'constant':
             self.err(f'mode {mode}: utrain pads with zeros')
         v = ins[0]

@@ -24,10 +24,8 @@ class RecurrentOps:
     def _rnn_inputs(self, node, ins, a, gates):
         """Checks an ONNX GRU/LSTM node utrain unrolls; returns (T, I, H, D, x as [T, I],
         layout, directions: 0 forward, 1 reverse, in W's order)."""
-        def txt(u):
-            return u.decode() if isinstance(u, bytes) else u
         t = node.op_type
-        d = txt(a.get('direction', 'forward'))
+        d = a.get('direction', 'forward')
         dirs = {'forward': [0], 'reverse': [1], 'bidirectional': [0, 1]}.get(d)
         if dirs is None:
             self.err(f'direction {d!r} is not an ONNX direction')
@@ -36,7 +34,7 @@ class RecurrentOps:
         if a.get('input_forget', 0):
             self.err('input_forget=1 is not supported')
         default = {'GRU': ['Sigmoid', 'Tanh'], 'LSTM': ['Sigmoid', 'Tanh', 'Tanh']}[t]
-        acts = [txt(u) for u in a.get('activations', default * len(dirs))]
+        acts = list(a.get('activations', default * len(dirs)))
         if acts != default * len(dirs):
             self.err(f'activations {acts}: utrain unrolls {t}s with {default}')
         for k in (1, 2):

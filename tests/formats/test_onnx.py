@@ -1956,3 +1956,18 @@ def test_output_passing_an_input_through_is_left_out(tmp_path):
     assert np.abs(utrain_run(d, xs, 'trained.wof') - got).max() < 1e-5
     e = evaluate(out, os.fspath(tmp_path / 'd.npz'))
     assert e['output'] == 'output' and abs(e['mae'] - np.abs(got - np.tanh(xs[:, :3])).mean()) < 1e-5
+
+
+def test_a_string_attribute_not_utf8_is_refused_by_name(tmp_path):
+    """Protobuf hands string attributes over as bytes; each handler decoded its own and a
+    byte UTF-8 cannot hold was a UnicodeDecodeError traceback (a Pad mode here).  Read
+    once as text (onnx_io._attrs), the refusal names the file, the node and the mode."""
+    from onnx import helper
+    p = _tiny(os.fspath(tmp_path / 'pad.onnx'), 'Pad', {'mode': b'refl\xffect'},
+              extra_inputs=('pads',))
+    m = onnx.load(p)
+    m.graph.initializer.append(helper.make_tensor('pads', onnx.TensorProto.INT64, [4], [0, 1, 0, 1]))
+    m.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 6
+    onnx.save(m, p)
+    with pytest.raises(ModelError, match='pad.onnx: node the_odd_one.*mode refl\ufffdect: utrain pads with zeros'):
+        read_model(p)
