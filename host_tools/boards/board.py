@@ -11,6 +11,7 @@ import sys
 
 from ..target import runner
 from ..target.runner import flash_advice, size_bytes
+from ..files import dataset
 from ..prepare.runfolder import BESIDE     # (an int8 run's files beside trained.wof)
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
@@ -149,13 +150,11 @@ def _files(d):
 
 def sample_files(d, files):
     """(bytes, samples, dtype) of the prepared folder d's train and test files."""
-    import struct
     size, n, dtype = 0, 0, 'float32'
     for k in ('train', 'test'):
         if files.get(k):
             path = os.path.join(d, files[k])
-            with open(path, 'rb') as f:
-                _, _, xt, _, m = struct.unpack_from('<4sHBBI', f.read(12))
+            xt, m = dataset.header(path)[2:5:2]
             size, n = size + os.path.getsize(path), n + m
             dtype = {1: 'uint8', 2: 'int8'}.get(xt, 'float32')
     return size, n, dtype
@@ -163,11 +162,9 @@ def sample_files(d, files):
 
 def label_width(d, files):
     """Labels a sample in the prepared folder d's train.ds (1 when there is none)."""
-    import struct
     try:
-        with open(os.path.join(d, files['train']), 'rb') as f:
-            return struct.unpack_from('<4sHBBIII', f.read(20))[6]
-    except (OSError, TypeError, KeyError, struct.error):
+        return dataset.header(os.path.join(d, files['train']))[6]
+    except (dataset.DataError, TypeError, KeyError):
         return 1
 
 

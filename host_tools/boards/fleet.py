@@ -128,14 +128,12 @@ class Trainable:
 # ---------------------------------------------------------------- data shards
 
 def _ds_header(path):
+    from ..files.dataset import read_dataset, header, record_bytes
+    x, y = read_dataset(path)                     # validates the file
     with open(path, 'rb') as f:
         data = f.read()
-    from ..files.dataset import read_dataset, HEAD, NP
-    x, y = read_dataset(path)                     # validates the file
-    _, ver, xt, yt, n, xl, yl = struct.unpack_from('<4sHBBIII', data)
-    head = HEAD if ver >= 2 else 32
-    rec = np.dtype(NP[xt]).itemsize * xl + np.dtype(NP[yt]).itemsize * yl
-    return data, head, rec, n, y
+    h = header(path, data)
+    return data, h[1], record_bytes(h), h[4], y
 
 
 def labels(y):

@@ -505,19 +505,35 @@ def write_dataset(path, x, y, dtype='float32', scale=None, offset=None) -> None:
     atomic_write(path, pack_dataset(x, y, dtype, scale, offset))
 
 
-def read_dataset(path):
-    """(x, y) as float32 arrays from a dataset file (version 1 or 2)."""
+def _read(path, n=-1):
     try:
         with open(path, 'rb') as f:
-            data = f.read()
+            return f.read(n)
     except OSError as e:
         raise DataError(f'{path}: cannot read ({e.strerror})') from None
+
+
+def header(path, data=None):
+    """(version, header bytes, x dtype, y dtype, samples, x values, y values, x scale,
+    x offset, y scale, y offset) of dataset file path (or of its bytes, data), read as
+    the board reads it (utrain.data.header); DataError naming the file otherwise."""
     try:
-        _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = _data.header(path, data[:HEAD])
+        return _data.header(path, (_read(path, HEAD) if data is None else data)[:HEAD])
     except ValueError as e:     # (the board's own words, kept short: here what to do)
         raise DataError(f'{e}: write the file again (prepare, or `python -m host_tools '
                         'dataset`)' if 'damaged header' in str(e) or 'version' in str(e)
                         else str(e)) from None
+
+
+def record_bytes(h) -> int:
+    """Bytes of one sample's record in a file of header h (header())."""
+    return np.dtype(NP[h[2]]).itemsize * h[5] + np.dtype(NP[h[3]]).itemsize * h[6]
+
+
+def read_dataset(path):
+    """(x, y) as float32 arrays from a dataset file (version 1 or 2)."""
+    data = _read(path)
+    _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = header(path, data)
     xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
     rec = xd.itemsize * xl + yd.itemsize * yl
     if len(data) != head + n * rec:

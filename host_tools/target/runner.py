@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -480,10 +479,11 @@ def end_advice(out_dir, text) -> str | None:
     q8 = re.match(r'([^:]+): an int8 model trains on int8 samples of (\d+) values at its '
                   r"input's scale and zero point, with (one label|\d+ targets) \(prepare", what)
     if q8:      # (the int8 trainer's: the file's own widths from its header)
+        from .device import module
         try:
             with open(os.path.join(out_dir, q8.group(1)), 'rb') as fh:
-                xl, yl = struct.unpack_from('<4sHBBIII', fh.read(20))[5:]
-        except (OSError, struct.error):
+                xl, yl = module('data').header(q8.group(1), fh.read(module('data').HEAD))[5:7]
+        except (OSError, ValueError):
             xl = yl = None
         wants = 1 if q8.group(3) == 'one label' else int(q8.group(3).split()[0])
         if xl == int(q8.group(2)) and yl != wants:

@@ -466,3 +466,21 @@ def test_a_failed_run_is_visible_to_the_host(tmp_path):
         with pytest.raises(board.BoardError, match='training did not end'):
             board.check_end('utrain: 12 train samples\n  4/12 loss 0.3\n', b.port)
         assert b.alive()
+
+
+def test_a_damaged_dataset_header_is_named_when_deploy_counts_its_samples(tmp_path):
+    """deploy --board sizes the folder's data from the .ds headers; each reader had its
+    own struct.unpack of 20 bytes (a file cut short was a struct.error traceback, one
+    with a wrong magic counted as samples).  One reader now, the board's
+    (files.dataset.header): the file and what is wrong are named."""
+    from host_tools.boards.board import label_width, sample_files
+    from host_tools.files.dataset import DataError, write_dataset
+    write_dataset(str(tmp_path / 'train.ds'), np.zeros((3, 4)), np.ones((3, 2)), 'int8')
+    assert sample_files(str(tmp_path), {'train': 'train.ds'})[1:] == (3, 'int8')
+    assert label_width(str(tmp_path), {'train': 'train.ds'}) == 2
+    (tmp_path / 'test.ds').write_bytes(b'UTDS\x02\x00')
+    with pytest.raises(DataError, match='test.ds: truncated dataset header'):
+        sample_files(str(tmp_path), {'train': 'train.ds', 'test': 'test.ds'})
+    (tmp_path / 'test.ds').write_bytes(b'JUNK' + bytes(60))
+    with pytest.raises(DataError, match='test.ds: not a utrain dataset'):
+        sample_files(str(tmp_path), {'train': 'train.ds', 'test': 'test.ds'})
