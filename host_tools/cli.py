@@ -921,7 +921,10 @@ def main(argv=None):
         return 141
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         from .files.validate import os_error_text
-        print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
+        where = next((getattr(a, k) for k in ('out', 'output', 'out_file', 'dir', 'flash')
+                      if getattr(a, k, None)), None)
+        print(f'error: {os_error_text(e, where) if isinstance(e, OSError) else e}',
+              file=sys.stderr)
         return 2
     finally:
         for sig, h in saved.items():

