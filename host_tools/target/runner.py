@@ -487,7 +487,13 @@ def end_advice(out_dir, text) -> str | None:
     shapes = re.match(r'([^:]+): samples have (\d+) inputs and (\d+) targets; the model wants '
                       r'(\d+) and (\d+)$', what)
     if shapes and shapes.group(2) != shapes.group(4):
-        shapes = None
+        # samples of another width than the model takes: neither file is damaged, one was
+        # copied in from another preparation (it had said '<file> is damaged or missing')
+        return (f'what to do: {shapes.group(1)} in {out_dir} holds samples of '
+                f'{shapes.group(2)} values and model.flat takes {shapes.group(4)}: they come '
+                'from different preparations (one copied in from another folder); prepare '
+                'the folder again (prepare writes both), or copy both again from one '
+                'prepared folder')
     q8 = re.match(r'([^:]+): an int8 model trains on int8 samples of (\d+) values at its '
                   r"input's scale and zero point, with (one label|\d+ targets) \(prepare", what)
     if q8:      # (the int8 trainer's: the file's own widths from its header)
@@ -528,7 +534,11 @@ def end_advice(out_dir, text) -> str | None:
                 'damaged or another model\'s weights); copy it again (`pull` from the board), or '
                 'delete it (or set "start": "weights" under "run" in train.json) to start from '
                 'the prepared weights')
-    quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
+    # (the names in what the board shows of a setting's value, '(got [{"files": {"model":
+    # "model.flat", ...', are no file it blames: train.json edited into a list had been
+    # told 'model.flat is damaged or missing')
+    said = what.split(' (got ')[0]
+    quoted = [n for n in PREPARED if f'"{n}"' in said] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
     if what.startswith('train.json: files.') and ' would overwrite ' in what:
         quoted = ['train.json']         # (the files named are not damaged: the names are)
