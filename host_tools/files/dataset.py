@@ -505,6 +505,10 @@ def write_dataset(path, x, y, dtype='float32', scale=None, offset=None) -> None:
     atomic_write(path, pack_dataset(x, y, dtype, scale, offset))
 
 
+DS_AGAIN = ('write the file again (prepare, or `python -m host_tools dataset`), or copy it '
+            'again from where it was written')
+
+
 def read_dataset(path):
     """(x, y) as float32 arrays from a dataset file (version 1 or 2)."""
     try:
@@ -515,13 +519,13 @@ def read_dataset(path):
     try:
         _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = _data.header(path, data[:HEAD])
     except ValueError as e:     # (the board's own words, kept short: here what to do)
-        raise DataError(f'{e}: write the file again (prepare, or `python -m host_tools '
-                        'dataset`)' if 'damaged header' in str(e) or 'version' in str(e)
-                        else str(e)) from None
+        raise DataError(f'{e}: {DS_AGAIN}' if any(w in str(e) for w in (
+            'damaged header', 'version', 'truncated')) else str(e)) from None
     xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
     rec = xd.itemsize * xl + yd.itemsize * yl
-    if len(data) != head + n * rec:
-        raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples')
+    if len(data) != head + n * rec:     # (had said what was wrong, not what to do)
+        raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples '
+                        f'(cut short or damaged): {DS_AGAIN}')
     if not n:           # (prepare had failed on it: 'cannot reshape array of size 0')
         raise DataError(f'{path}: holds no samples')
     a = np.frombuffer(data, np.uint8, offset=head).reshape(n, rec)

@@ -2242,6 +2242,7 @@ def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
     from .ir import check_path
+    from .circle_io import AGAIN
     onnx = _onnx()
     path = check_path(path)
     _external_data_beside(path)
@@ -2254,9 +2255,11 @@ def load(path):
         if kind:        # (a Git LFS pointer, a placeholder text, an archive: as a .tflite's)
             raise ModelError(path, f'not a model: it reads as {kind}; give the model file '
                              '(.circle, .tflite or .onnx) here') from None
-        raise ModelError(path, f'not a valid ONNX model ({type(e).__name__}: {e})') from None
+        raise ModelError(path, f'not a valid ONNX model ({type(e).__name__}: {e})'
+                         + AGAIN) from None
     if not model.graph.node:
-        raise ModelError(path, 'not a valid ONNX model (no graph nodes)')
+        raise ModelError(path, ('file is empty' if not os.path.getsize(path) else
+                                'not a valid ONNX model (no graph nodes)') + AGAIN)
     _check_defined(path, model)
     inits = {t.name for t in model.graph.initializer}
     n = fixed_batch(model)
