@@ -240,7 +240,18 @@ def npz_headers(path: str) -> dict:
                         shape, _, dtype = np.lib.format.read_array_header_2_0(f)
                 out[info.filename[:-4]] = (shape, dtype, info.file_size, info.compress_size)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as e:
-        raise PrepareError(f'{path}: not a readable .npz file ({e}); data is an .npz of arrays x '
+        # (a model, an .npy or a CSV by another name given as the data had been 'not a
+        # readable .npz file (File is not a zip file)': said what it is)
+        from ..formats.kinds import kind_of
+        try:
+            with open(path, 'rb') as f:
+                kind = kind_of(f.read(4096)) if isinstance(e, zipfile.BadZipFile) else None
+        except OSError:
+            kind = None
+        what = (f'it reads as {kind}, not an .npz' + (
+            ' (a CSV? it is read by its .csv name)' if kind == 'text' else '') if kind else
+            f'not a readable .npz file ({e})')
+        raise PrepareError(f'{path}: {what}; data is an .npz of arrays x '
                            'and y (np.savez(path, x=x, y=y)), a .csv, a .ds file or a folder of '
                            'class folders of images') from None
     return out
