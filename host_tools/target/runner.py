@@ -401,6 +401,11 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     env = dict(os.environ)
     env.update(extra_env or {})
     board = board_name(board)
+    if os.path.isdir(os.path.join(out_dir, 'train.py')):
+        # (had been '<dir>/train.py: is a folder; give the path of a file', a path the user
+        # never gave)
+        raise RuntimeError(f'{os.path.join(out_dir, "train.py")}: a folder where the run '
+                           f'copies its code; move it out of {out_dir}')
     if python:
         env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
         env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
