@@ -200,3 +200,37 @@ def test_a_port_that_is_not_there_is_said_to_be(prepared, cmd, port):
     of a port that does not exist: now 'no such port' and how to list them."""
     code, err = says([cmd, prepared, '--port', port])
     assert code == 2 and 'no such port' in err and 'mpremote devs' in err, err
+
+
+# ------------------------------------------------------------------ options nothing reads
+@pytest.mark.parametrize('argv, want', [
+    (['--optimizer', 'adam', '--momentum', '0.9'], '--momentum: adam does not read it'),
+    (['--rho', '0.5'], '--rho: sgd does not read it'),
+    (['--eps', '0.1'], '--eps: sgd does not read it'),
+    (['--optimizer', 'rmsprop', '--beta1', '0.8'], '--beta1: rmsprop does not read it'),
+    (['--seed', '5'], '--seed: the seed of --shuffle, which is not given')])
+def test_a_setting_the_run_does_not_read_is_said(files, tmp_path, capsys, argv, want):
+    """--momentum given to adam, --rho or --eps to sgd, --seed without --shuffle had been
+    taken without a word, the run as if they had not been given."""
+    from host_tools.prepare.pipeline import prepare
+    d, model, data = files
+    lines = []
+    prepare(model, str(tmp_path / 'o'), data=data, lr=0.1, epochs=1, log=lines.append,
+            **dict(zip([a[2:].replace('-', '_') for a in argv[::2]],
+                       [(int(v) if v.isdigit() else float(v)) if v[0].isdigit() else v
+                        for v in argv[1::2]])))
+    assert any(want in ln for ln in lines), lines
+    lines = []
+    prepare(model, str(tmp_path / 'o2'), data=data, lr=0.1, epochs=1, log=lines.append,
+            optimizer='adam', beta1=0.8, shuffle=True, seed=5)
+    assert not any('does not read' in ln or 'which is not given' in ln for ln in lines), lines
+
+
+def test_a_folder_where_the_run_copies_its_code_is_said_to_be(prepared, tmp_path):
+    """A folder named train.py in the run folder: '<dir>/train.py: is a folder; give the
+    path of a file', a path the user never gave."""
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    (d / 'train.py').mkdir()
+    code, err = says(['run', d, '--python'])
+    assert code == 2 and 'a folder where the run copies its code' in err, err
