@@ -89,11 +89,19 @@ def load_csv(path, label='last', inputs=None):
                     if k == 0:
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
-                    last = j == len(row) - 1 if label == 'last' else j == 0
+                    last = (j == len(row) - 1 if label == 'last' else j == 0) and len(row) > 1
+                    if not row[j].strip():
+                        # (a trailing comma's empty last column, or a gap: had been 'labels
+                        # must be class numbers', of a column that holds no label)
+                        raise DataError(f'{path}: line {k + 1}: column {j + 1} is empty' + (
+                            ' (the line ends in a comma): remove the commas that end the lines'
+                            if j == len(row) - 1 else ': fill it in, or drop the line')) from None
                     raise DataError(f'{path}: line {k + 1}: not a number in column {j + 1} '
                                     f'({row[j][:40]!r})' + ('; labels must be class numbers 0, 1, ... (or '
                                                'target values): number the classes' if last else
-                                               '; a CSV of numbers is expected')) from None
+                                               '; a CSV of numbers is expected' + (
+                                                   ' (a comment line? remove it)' if
+                                                   row[j].lstrip().startswith('#') else ''))) from None
     except UnicodeDecodeError as e:
         raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
                         'expected') from None

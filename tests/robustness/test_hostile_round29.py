@@ -234,3 +234,18 @@ def test_a_folder_where_the_run_copies_its_code_is_said_to_be(prepared, tmp_path
     (d / 'train.py').mkdir()
     code, err = says(['run', d, '--python'])
     assert code == 2 and 'a folder where the run copies its code' in err, err
+
+
+# ------------------------------------------------------------------ a CSV's cells that hold no label
+@pytest.mark.parametrize('text, want', [
+    ('1,2,3,4,5,6,1,\n' * 4, 'column 8 is empty (the line ends in a comma)'),
+    ('1,2,3,4,5,6,1\n# note\n1,2,3,4,5,6,0\n' * 2, 'a comment line? remove it'),
+    ('1,2,3,4,5,6,1\n1,2,,4,5,6,0\n', 'column 3 is empty: fill it in')])
+def test_a_csv_cell_that_is_no_label_is_not_called_one(files, tmp_path, text, want):
+    """A trailing comma's empty last column, and a one-column comment line, had been
+    'labels must be class numbers 0, 1, ...: number the classes', of a cell that holds no
+    label."""
+    d, model, _ = files
+    (tmp_path / 'd.csv').write_text(text)
+    code, err = says(['evaluate', model, tmp_path / 'd.csv'])
+    assert code == 2 and want in err and 'labels must be' not in err, err
