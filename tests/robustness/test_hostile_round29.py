@@ -249,3 +249,23 @@ def test_a_csv_cell_that_is_no_label_is_not_called_one(files, tmp_path, text, wa
     (tmp_path / 'd.csv').write_text(text)
     code, err = says(['evaluate', model, tmp_path / 'd.csv'])
     assert code == 2 and want in err and 'labels must be' not in err, err
+
+
+# ------------------------------------------------------------------ a path given as ''
+@pytest.mark.parametrize('argv, name', [
+    (['prepare', 'M', 'D', '-o', '', '--lr', '.1'], '-o'),
+    (['prepare', 'M', '--data', '', '-o', 'O', '--lr', '.1'], 'the data'),
+    (['evaluate', 'M', ''], 'the data'),
+    (['inspect', ''], 'the model'),
+    (['run', '', '--python'], 'the folder'),
+    (['export', 'M', '', '-o', 'O.circle'], 'the weights file'),
+    (['dataset', 'D', '-o', ''], '-o')])
+def test_a_path_given_as_nothing_is_said_to_be(files, tmp_path, argv, name):
+    """A path given as '' (an unset shell variable: -o "$OUT") had been ': no such file or
+    folder', ': no train.json here', ': cannot read', or for prepare --data '' no data at
+    all, unsaid (a folder of no samples written)."""
+    d, model, data = files
+    sub = {'M': model, 'D': data, 'O': tmp_path / 'o', 'O.circle': tmp_path / 'o.circle'}
+    code, err = says([sub.get(a, a) for a in argv])
+    assert code == 2 and f"{name} given as '' (an empty path)" in err, err
+    assert not (tmp_path / 'o').exists()
