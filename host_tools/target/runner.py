@@ -559,6 +559,9 @@ def end_advice(out_dir, text) -> str | None:
         return (f'what to do: change train.json in {out_dir} as the error says (the README '
                 'says what each setting takes), or prepare the folder again for the settings '
                 'prepare writes')
+    slot = _other_slot(out_dir, what)
+    if slot:
+        return slot
     if quoted:      # (a file train.json names first: it is the one missing)
         return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}'
                 # (a model.flat copied from another run had been blamed on weights.wof alone)
@@ -567,6 +570,28 @@ def end_advice(out_dir, text) -> str | None:
                 + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')
                 + 'prepare the folder again (prepare writes it), or copy it again from where it '
                 'was prepared')
+    return None
+
+
+def _other_slot(out_dir, what):
+    """The advice when the file an error names is one of the folder's prepared files that
+    train.json's "files" names in another's place ("model": "weights.wof"), or None: the
+    file is not damaged (it had been 'weights.wof is damaged or missing; prepare the folder
+    again')."""
+    from ..prepare.runfolder import FILES
+    try:
+        with open(os.path.join(out_dir, 'train.json'), 'rb') as fh:
+            files = json.loads(fh.read().decode('utf-8')).get('files')
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(files, dict):
+        return None
+    own = {n: k for k, n in FILES.items()}
+    for k in ('model', 'weights'):      # (samples may be named in each other's place: a run
+        n = files.get(k)                # that trains on test.ds, its own choice)
+        if isinstance(n, str) and what.startswith(n + ':') and n != FILES[k] and n in own:
+            return (f'what to do: train.json in {out_dir} names {n} as its "files"."{k}", which '
+                    f'is the {own[n]} file: set "{k}" back to {FILES[k]} (as prepare wrote it)')
     return None
 
 

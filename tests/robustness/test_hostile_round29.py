@@ -269,3 +269,20 @@ def test_a_path_given_as_nothing_is_said_to_be(files, tmp_path, argv, name):
     code, err = says([sub.get(a, a) for a in argv])
     assert code == 2 and f"{name} given as '' (an empty path)" in err, err
     assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('slot, name', [('model', 'weights.wof'), ('weights', 'model.flat')])
+def test_a_files_slot_edited_to_name_another_prepared_file_says_which(prepared, tmp_path,
+                                                                      slot, name):
+    """train.json's "files" edited to name the weights as the model (or the model as the
+    weights): the run was told '<file> is damaged or missing; prepare the folder again',
+    of a good file in the wrong place."""
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    j = json.loads((d / 'train.json').read_text())
+    j['files'][slot] = name
+    (d / 'train.json').write_text(json.dumps(j))
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    advice = runner.end_advice(os.fspath(d), log)
+    assert code == 1 and f'"files"."{slot}"' in advice and 'damaged' not in advice, \
+        (log, advice)
