@@ -229,6 +229,17 @@ AGAIN = ('; the file is cut short or damaged: copy or download it again, or conv
          'again from its source')
 
 
+def _reads_as_onnx(raw: bytes) -> bool:
+    """Do these bytes parse as an ONNX model with a graph (onnx installed)?"""
+    try:
+        import onnx
+        m = onnx.ModelProto()
+        m.ParseFromString(raw)
+        return bool(m.graph.node) and m.ir_version > 0
+    except Exception:       # (not installed, or not protobuf: DecodeError, ...)
+        return False
+
+
 def _read_bytes(path) -> bytes:
     path = check_path(path)
     try:
@@ -243,6 +254,12 @@ def _read_bytes(path) -> bytes:
     ident = raw[4:8]
     if ident not in KNOWN_IDENTIFIERS:
         kind = kind_of(raw)
+        if kind is None and _reads_as_onnx(raw):
+            # (an .onnx saved under a .circle/.tflite name had been 'unknown file
+            # identifier': it is a model, its name says another kind)
+            suffix = os.path.splitext(path)[1] or 'with no suffix'
+            raise ModelError(path, f"an ONNX model named {suffix}: utrain reads a file by its "
+                                   "name's suffix; name it .onnx")
         raise ModelError(path, (f"not a model: it reads as {kind}" if kind else
                                 f"unknown file identifier {ident!r} (expected b'CIR0' for circle or "
                                 "b'TFL3' for TFLite)")

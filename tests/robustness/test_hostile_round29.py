@@ -286,3 +286,31 @@ def test_a_files_slot_edited_to_name_another_prepared_file_says_which(prepared, 
     advice = runner.end_advice(os.fspath(d), log)
     assert code == 1 and f'"files"."{slot}"' in advice and 'damaged' not in advice, \
         (log, advice)
+
+
+# ------------------------------------------------------------------ a model under another kind's name
+@pytest.mark.parametrize('kind, name, want', [('onnx', 'm.circle', 'name it .onnx'),
+                                              ('onnx', 'm.tflite', 'name it .onnx'),
+                                              ('circle', 'm.onnx', 'name it .circle')])
+def test_a_model_named_as_another_kind_is_told_its_name(files, tmp_path, kind, name, want):
+    """An .onnx saved as .circle/.tflite had been "unknown file identifier b'\\x08\\n%\\n'",
+    a .circle saved as .onnx 'not a model: it reads as a circle model (.circle); give the
+    model file here', of a model."""
+    d, model, _ = files
+    src = _conv_onnx(tmp_path / 'c.onnx') if kind == 'onnx' else model
+    shutil.copy(src, tmp_path / name)
+    code, err = says(['inspect', tmp_path / name])
+    assert code == 2 and want in err and 'not a model' not in err, err
+
+
+def test_a_label_out_of_range_is_shown_as_a_number_under_cpython(prepared, tmp_path):
+    """run --python said 'sample 17 has label np.float32(7.0)' (numpy's repr), where the
+    board says 7.0."""
+    from host_tools.files.dataset import read_dataset, write_dataset
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    x, y = read_dataset(d / 'train.ds')
+    y[-1] = 7
+    write_dataset(d / 'train.ds', x, y)
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 1 and 'has label 7.0, the model has 3 classes' in log, log
