@@ -889,11 +889,23 @@ def _negatives_joined(p, argv):
     return out
 
 
+# the paths a command takes (attribute, as its usage names it)
+_PATHS = (('model', 'the model'), ('data_file', 'DATA'), ('data', 'the data'), ('dir', 'the folder'),
+          ('log', 'the log'), ('weights', 'the weights file'), ('source', 'the source'),
+          ('out', '-o'), ('out_file', 'OUT'), ('train_config', '--train-config'), ('test', '--test'))
+
+
 def main(argv=None):
     try:        # (a Ctrl-C here, before a command runs, had ended in a traceback)
         p = parser()
         argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
         a = p.parse_args(argv)
+        # a path given as '' (an unset shell variable: -o "$OUT") had been ': no such file
+        # or folder', ': no train.json here' or, for --data, no data at all, unsaid
+        empty = next((n for k, n in _PATHS if getattr(a, k, None) == ''), None)
+        if empty:
+            print(f'error: {empty} given as \'\' (an empty path): give its path', file=sys.stderr)
+            return 2
         from .target.runner import stop_signals
         from .target.device import light_gc
     except KeyboardInterrupt:
@@ -921,7 +933,10 @@ def main(argv=None):
         return 141
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         from .files.validate import os_error_text
-        print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
+        where = next((getattr(a, k) for k in ('out', 'output', 'out_file', 'dir', 'flash')
+                      if getattr(a, k, None)), None)
+        print(f'error: {os_error_text(e, where) if isinstance(e, OSError) else e}',
+              file=sys.stderr)
         return 2
     finally:
         for sig, h in saved.items():

@@ -28,6 +28,12 @@ def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
     the output is also streamed here line by line as the board prints it.  resume: do not
     soft-reset first (needed for unix MicroPython, which exits on a soft reset).
     timeout: seconds, then BoardError (mpremote is killed)."""
+    if not port or ('/' in port and not os.path.exists(port)):
+        # (mpremote's words had been 'failed to access /dev/ttyACM1 (it may be in use by
+        # another program)' of a port that is not there)
+        raise BoardError(f'{port or "--port " + repr(port)}: no such port; give the one the '
+                         'board is on (`python -m mpremote devs` lists them: /dev/ttyACM0, '
+                         '/dev/ttyUSB0, COM3), or an mpremote shortcut (a0, u0)')
     argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
     argv += list(args)
     try:

@@ -694,7 +694,7 @@ class Fleet:
                 say(f'  {name} left out of round {rnd}: {why}')
 
 
-def check_settings(rounds, epochs, timeout, strategy, test, split_how='iid'):
+def check_settings(rounds, epochs, timeout, strategy, test, split_how='iid', seed=0):
     """The fleet's settings, before any board is set up (each refusal had come after the
     boards were deployed, or not at all: --rounds 0 ran none and said 'no board answered
     in any round', --rounds -1 raised IndexError, --timeout 0 left every board out)."""
@@ -718,6 +718,11 @@ def check_settings(rounds, epochs, timeout, strategy, test, split_how='iid'):
         if not (alpha > 0 and math.isfinite(alpha)):
             raise FleetError(f'--split {split_how}: dirichlet:A needs a number A > 0 (small A: '
                              'boards of few classes; large A: near iid)')
+    if seed is not None and seed < 0:       # (numpy's 'expected non-negative integer')
+        raise FleetError(f'--seed {seed}: the seed of the split, a whole number 0 or more')
+    if test and os.path.isdir(test):        # (had been 'cannot open (no such file?)')
+        raise FleetError(f'{test}: is a folder; --test takes a .ds file in it (as prepare '
+                         'writes test.ds)')
     if test and os.path.isfile(test):
         from ..formats.kinds import kind_of
         from ..files.dataset import MAGIC
@@ -736,7 +741,12 @@ def fleet(d, boards=None, rounds=3, split_how='iid', seed=0, ports=None, python=
           on_train=None, say=print, resume=False, test=None):
     """The `fleet` command: returns the fleet state (settings and per-round history).
     test: the host's test .ds for the global model (default: the folder's test split)."""
-    check_settings(rounds, epochs, timeout, strategy, test, split_how)
+    check_settings(rounds, epochs, timeout, strategy, test, split_how, seed)
+    if not os.path.isfile(os.path.join(d, 'train.json')):
+        # (as `run` says it; had been '.../train.json: no such file or folder; check the
+        # path', a fleet/ folder made in it first)
+        raise FleetError(f'{d}: no train.json here; run `prepare` first (fleet takes the '
+                         'folder it wrote)')
     f = Fleet(d, out, strategy, epochs, timeout, test)
     settings = dict(split=split_how, seed=seed, epochs=epochs)
     made = []

@@ -89,11 +89,19 @@ def load_csv(path, label='last', inputs=None):
                     if k == 0:
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
-                    last = j == len(row) - 1 if label == 'last' else j == 0
+                    last = (j == len(row) - 1 if label == 'last' else j == 0) and len(row) > 1
+                    if not row[j].strip():
+                        # (a trailing comma's empty last column, or a gap: had been 'labels
+                        # must be class numbers', of a column that holds no label)
+                        raise DataError(f'{path}: line {k + 1}: column {j + 1} is empty' + (
+                            ' (the line ends in a comma): remove the commas that end the lines'
+                            if j == len(row) - 1 else ': fill it in, or drop the line')) from None
                     raise DataError(f'{path}: line {k + 1}: not a number in column {j + 1} '
                                     f'({row[j][:40]!r})' + ('; labels must be class numbers 0, 1, ... (or '
                                                'target values): number the classes' if last else
-                                               '; a CSV of numbers is expected')) from None
+                                               '; a CSV of numbers is expected' + (
+                                                   ' (a comment line? remove it)' if
+                                                   row[j].lstrip().startswith('#') else ''))) from None
     except UnicodeDecodeError as e:
         raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
                         'expected') from None
@@ -505,6 +513,10 @@ def write_dataset(path, x, y, dtype='float32', scale=None, offset=None) -> None:
     atomic_write(path, pack_dataset(x, y, dtype, scale, offset))
 
 
+DS_AGAIN = ('write the file again (prepare, or `python -m host_tools dataset`), or copy it '
+            'again from where it was written')
+
+
 def _read(path, n=-1):
     try:
         with open(path, 'rb') as f:
@@ -520,9 +532,8 @@ def header(path, data=None):
     try:
         return _data.header(path, (_read(path, HEAD) if data is None else data)[:HEAD])
     except ValueError as e:     # (the board's own words, kept short: here what to do)
-        raise DataError(f'{e}: write the file again (prepare, or `python -m host_tools '
-                        'dataset`)' if 'damaged header' in str(e) or 'version' in str(e)
-                        else str(e)) from None
+        raise DataError(f'{e}: {DS_AGAIN}' if any(w in str(e) for w in (
+            'damaged header', 'version', 'truncated')) else str(e)) from None
 
 
 def record_bytes(h) -> int:
@@ -536,8 +547,9 @@ def read_dataset(path):
     _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = header(path, data)
     xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
     rec = xd.itemsize * xl + yd.itemsize * yl
-    if len(data) != head + n * rec:
-        raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples')
+    if len(data) != head + n * rec:     # (had said what was wrong, not what to do)
+        raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples '
+                        f'(cut short or damaged): {DS_AGAIN}')
     if not n:           # (prepare had failed on it: 'cannot reshape array of size 0')
         raise DataError(f'{path}: holds no samples')
     a = np.frombuffer(data, np.uint8, offset=head).reshape(n, rec)

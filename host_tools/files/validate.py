@@ -240,7 +240,18 @@ def npz_headers(path: str) -> dict:
                         shape, _, dtype = np.lib.format.read_array_header_2_0(f)
                 out[info.filename[:-4]] = (shape, dtype, info.file_size, info.compress_size)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as e:
-        raise PrepareError(f'{path}: not a readable .npz file ({e}); data is an .npz of arrays x '
+        # (a model, an .npy or a CSV by another name given as the data had been 'not a
+        # readable .npz file (File is not a zip file)': said what it is)
+        from ..formats.kinds import kind_of
+        try:
+            with open(path, 'rb') as f:
+                kind = kind_of(f.read(4096)) if isinstance(e, zipfile.BadZipFile) else None
+        except OSError:
+            kind = None
+        what = (f'it reads as {kind}, not an .npz' + (
+            ' (a CSV? it is read by its .csv name)' if kind == 'text' else '') if kind else
+            f'not a readable .npz file ({e})')
+        raise PrepareError(f'{path}: {what}; data is an .npz of arrays x '
                            'and y (np.savez(path, x=x, y=y)), a .csv, a .ds file or a folder of '
                            'class folders of images') from None
     return out
@@ -474,19 +485,33 @@ _OS_ADVICE = {
     'EACCES': 'permission denied; use a path you may read and write',
     'EPERM': 'not permitted; use a path you may read and write',
     'ENOSPC': 'no space left on the device; free some space or write elsewhere',
+    'EDQUOT': 'over the disk quota; free some space or write elsewhere',
+    'EFBIG': 'larger than this process may write (the shell\'s `ulimit -f`); raise the limit '
+             'or write elsewhere',
     'EROFS': 'on a read-only file system; write elsewhere',
     'ENAMETOOLONG': 'the name is too long; use a shorter path',
 }
 
 
-def os_error_text(e: OSError) -> str:
+def os_error_text(e: OSError, where=None) -> str:
     """An OSError as a refusal: the file it names, what the system said and what to do
     ("[Errno 21] Is a directory: '/tmp'" becomes "/tmp: is a folder; give the path of a
-    file").  An error our code worded (no errno) stays as it is."""
+    file").  An error our code worded (no errno) stays as it is.  A write the system
+    refused at a file's close names no file: it is named by where, the folder or file
+    the command writes (a full disk had been "[Errno 28] No space left on device")."""
     import errno
+    name = errno.errorcode.get(e.errno, '') if e.errno else ''
+    full = name in ('ENOSPC', 'EDQUOT', 'EFBIG')
+    if full and e.filename2 is not None:
+        # (shutil.copy names its source first: the copy of micro/train.py into a run
+        # folder on a full disk had blamed micro/train.py)
+        e = OSError(e.errno, e.strerror, e.filename2)
+    if e.filename is None and ': cannot write it (' in str(e.strerror):
+        return e.strerror       # (atomic_write's words, without '[Errno 28] ' before them)
+    if full and e.filename is None and where:
+        return f'{where}: cannot write there: {_OS_ADVICE[name]}'
     if not e.errno or e.filename is None:
         return str(e)
-    name = errno.errorcode.get(e.errno, '')
     if name == 'EEXIST' and os.path.lexists(e.filename) and not os.path.isdir(e.filename):
         # (a folder to make where a file is: `-o model.circle/run`, `dataset -o notes.txt`;
         # 'exists already; ... or remove it' had advised removing the user's file)

@@ -223,6 +223,23 @@ class _CheckedBytes(bytes):
         return bytes.__getitem__(self, key)
 
 
+# what to do about a model file cut short or damaged (a download or copy that stopped, a
+# disk that filled): it had been said what was wrong with it, not what to do
+AGAIN = ('; the file is cut short or damaged: copy or download it again, or convert it '
+         'again from its source')
+
+
+def _reads_as_onnx(raw: bytes) -> bool:
+    """Do these bytes parse as an ONNX model with a graph (onnx installed)?"""
+    try:
+        import onnx
+        m = onnx.ModelProto()
+        m.ParseFromString(raw)
+        return bool(m.graph.node) and m.ir_version > 0
+    except Exception:       # (not installed, or not protobuf: DecodeError, ...)
+        return False
+
+
 def _read_bytes(path) -> bytes:
     path = check_path(path)
     try:
@@ -231,12 +248,18 @@ def _read_bytes(path) -> bytes:
     except OSError as e:
         raise ModelError(path, f"cannot read: {e.strerror or e}") from e
     if not raw:
-        raise ModelError(path, "file is empty")
+        raise ModelError(path, "file is empty" + AGAIN)
     if len(raw) < _MIN_SIZE:
-        raise ModelError(path, f"file is too small to be a model ({len(raw)} bytes)")
+        raise ModelError(path, f"file is too small to be a model ({len(raw)} bytes)" + AGAIN)
     ident = raw[4:8]
     if ident not in KNOWN_IDENTIFIERS:
         kind = kind_of(raw)
+        if kind is None and _reads_as_onnx(raw):
+            # (an .onnx saved under a .circle/.tflite name had been 'unknown file
+            # identifier': it is a model, its name says another kind)
+            suffix = os.path.splitext(path)[1] or 'with no suffix'
+            raise ModelError(path, f"an ONNX model named {suffix}: utrain reads a file by its "
+                                   "name's suffix; name it .onnx")
         raise ModelError(path, (f"not a model: it reads as {kind}" if kind else
                                 f"unknown file identifier {ident!r} (expected b'CIR0' for circle or "
                                 "b'TFL3' for TFLite)")
@@ -253,7 +276,7 @@ def _unpack(path, raw: bytes) -> "C.Model.ModelT":
         model = C.Model.ModelT.InitFromPackedBuf(buf, 0)
     except Exception as e:  # flatbuffers raises IndexError, struct.error, ValueError...
         raise ModelError(path, "not a valid flatbuffer model (truncated or corrupt: "
-                               f"{type(e).__name__}: {e})") from None
+                               f"{type(e).__name__}: {e})" + AGAIN) from None
     return model
 
 

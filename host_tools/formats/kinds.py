@@ -12,6 +12,8 @@ def kind_of(raw: bytes) -> str | None:
              "which prepare writes from the model)", b'UTPC': "utrain's prefix cache"}
     if head in kinds:
         return kinds[head]
+    if head == b'\x93NUM':       # (np.save's: one array, where an .npz holds x and y)
+        return 'a NumPy array (.npy: one array)'
     if head[:3] == b'\xff\xd8\xff':
         return 'a JPEG image'
     if raw[4:8] in (b'CIR0', b'TFL3'):
@@ -37,4 +39,6 @@ def kind_of(raw: bytes) -> str | None:
                                                       ' (it is') + ' on the repository\'s LFS '
                 'server): in the clone, `git lfs install` and `git lfs pull` fetch it; or '
                 'download the file itself (GitHub: the file\'s Download button)')
+    if any(c < ' ' and c not in '\t\n\r\f' for c in text):
+        return None         # (control bytes: an ONNX protobuf cut short had 'read as text')
     return 'JSON text' if text.lstrip()[:1] in ('{', '[') else 'text'

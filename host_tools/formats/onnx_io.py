@@ -2243,6 +2243,7 @@ def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
     from .ir import check_path
+    from .circle_io import AGAIN
     onnx = _onnx()
     path = check_path(path)
     _external_data_beside(path)
@@ -2252,12 +2253,19 @@ def load(path):
         from .kinds import kind_of
         with open(path, 'rb') as f:
             kind = kind_of(f.read(4096))
+        if kind and kind.endswith(('(.circle)', '(.tflite)')):
+            # (a circle or TFLite model named .onnx had been 'not a model: it reads as a
+            # circle model (.circle); give the model file (.circle, ...) here')
+            raise ModelError(path, f'{kind[:-10]} named .onnx: utrain reads a file by its '
+                             f'name\'s suffix; name it {kind[-8:-1]}') from None
         if kind:        # (a Git LFS pointer, a placeholder text, an archive: as a .tflite's)
             raise ModelError(path, f'not a model: it reads as {kind}; give the model file '
                              '(.circle, .tflite or .onnx) here') from None
-        raise ModelError(path, f'not a valid ONNX model ({type(e).__name__}: {e})') from None
+        raise ModelError(path, f'not a valid ONNX model ({type(e).__name__}: {e})'
+                         + AGAIN) from None
     if not model.graph.node:
-        raise ModelError(path, 'not a valid ONNX model (no graph nodes)')
+        raise ModelError(path, ('file is empty' if not os.path.getsize(path) else
+                                'not a valid ONNX model (no graph nodes)') + AGAIN)
     _check_defined(path, model)
     inits = {t.name for t in model.graph.initializer}
     n = fixed_batch(model)

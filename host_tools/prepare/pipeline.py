@@ -435,7 +435,28 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
         log(note)
     s = resolve_settings(g, overrides)
     check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
+    for line in unread_settings(model_path, overrides, s):
+        log(line)
     return g, prof, s, s.pop('train')
+
+
+# the optimizers that read each of these settings
+READ_BY = {'momentum': ('sgd',), 'beta1': ('adam', 'adamw'), 'beta2': ('adam', 'adamw'),
+           'eps': ('adam', 'adamw', 'rmsprop'), 'rho': ('rmsprop',)}
+
+
+def unread_settings(model_path, given: dict, s: dict) -> list:
+    """Lines saying which settings given on the command line the run does not read
+    (--momentum to adam, --rho to sgd, --seed without --shuffle had been taken without a
+    word, the run as if they had not been given)."""
+    out = [f'{model_path}: --{k}: {s["optimizer"]} does not read it ({" and ".join([", ".join(by[:-1])] * (len(by) > 1) + [by[-1]])} '
+           f'do{"es" * (len(by) == 1)}): leave it out, or give --optimizer {by[0]}'
+           for k, by in READ_BY.items()
+           if given.get(k) is not None and s.get('optimizer') not in by]
+    if given.get('seed') is not None and not s.get('shuffle'):
+        out.append(f'{model_path}: --seed: the seed of --shuffle, which is not given (the '
+                   'samples go in file order); add --shuffle for a seeded order')
+    return out
 
 
 def dropped_outputs(model_path, g) -> list:

