@@ -1372,3 +1372,37 @@ def test_a_trained_batchnorm_shift_stays_an_add_without_its_layer(tmp_path):
     dst, _, _ = rewritten(src, tmp_path / 'd.circle')
     assert ops(dst) == ['CONV_2D']
     assert_same_outputs(src, dst)
+
+
+def test_a_prelu_of_one_shared_slope_trains_it(tmp_path):
+    """Issue 28: PyTorch's nn.PReLU() (its default, one slope shared by every unit) as
+    torch.onnx writes it (PRelu, slope [1]): the slope is a parameter PyTorch trains, but
+    prepare froze it as a scalar constant ("1 frozen parameter", nothing said) while a
+    per-channel slope trained.  One SGD step on one sample moves the slope, and the
+    layers on both sides, by -lr times the gradient the differences of the numpy forward
+    give, and export writes the trained slope into the ONNX file."""
+    onnx = pytest.importorskip('onnx')
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(4)
+    w1 = (r.standard_normal((3, 5)) * 0.8).astype(np.float32)
+    b1 = (r.standard_normal(5) * 0.3).astype(np.float32)
+    w2 = (r.standard_normal((5, 2)) * 0.6).astype(np.float32)
+    slope = np.array([0.25], np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, 'w1'), (b1, 'b1'), (w2, 'w2'),
+                                                        (slope, 'slope'))]
+    nodes = [helper.make_node('MatMul', ['x', 'w1'], ['h']), helper.make_node('Add', ['h', 'b1'], ['hb']),
+             helper.make_node('PRelu', ['hb', 'slope'], ['p']), helper.make_node('MatMul', ['p', 'w2'], ['y'])]
+    m = helper.make_model(helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 3])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 2])], inits),
+        opset_imports=[helper.make_opsetid('', 13)])
+    src = os.fspath(tmp_path / 'prelu1.onnx')
+    onnx.save(m, src)
+
+    def forward(x, w1=w1.T, b1=b1, slope=slope, w2=w2.T):     # (read as FC weights [out, in])
+        h = x @ w1.T + b1
+        return np.where(h >= 0, h, slope * h) @ w2.T
+    x = r.standard_normal((8, 3)).astype(np.float32)
+    step = _step_is_the_gradient(src, forward, tmp_path, ('slope', 'w1', 'w2'), x, 'slope',
+                                 exported=True)
+    assert abs(float(step['slope'][0])) > 1e-3
