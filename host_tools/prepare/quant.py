@@ -1310,15 +1310,12 @@ def _bin_layer(g, op, d, src):
         return _bmm_layer(g, op, d, src)
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
     xs = [g.tensors[k] for k in op.inputs[:2]]
-    if op.name == 'PRELU' and xs[1].data is not None and xs[1].data.size > 4096:
-        raise ValueError(f'{g.path}: PRELU op {op.number} has {xs[1].data.size} slopes (one a '
-                         'position and channel: Keras\'s PReLU without shared_axes); int8 '
-                         'training takes up to 4096: export it with PReLU(shared_axes=[1, 2]) '
-                         '(one slope a channel), or prepare --dequantize trains it in float')
-    if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
-            t.data is not None for t in xs):
+    # (a constant of any size: q8.json's 'kc', its bytes on the board and a PRELU's
+    # slopes' gradient are in the heap plan, memory.py; a cap of 4096 had sent Keras's
+    # PReLU without shared_axes, a slope a position, to float training)
+    if len(op.inputs) != 2 or all(t.data is not None for t in xs):
         raise ValueError(f'{g.path}: {op.name} op {op.number} needs two inputs, an activation '
-                         'and an activation or a small constant (int8 training)')
+                         'and an activation or a constant (int8 training)')
     sh = [[1] * (len(ys) - len(t.shape)) + [int(v) for v in t.shape] for t in xs]
     if len(sh[0]) != len(ys) or len(sh[1]) != len(ys) or any(
             a not in (1, n) or b not in (1, n) for a, b, n in zip(sh[0], sh[1], ys)):
@@ -1419,10 +1416,9 @@ def _bmm_layer(g, op, d, src):
     where = f'{g.path}: BATCH_MATMUL op {op.number}'
     xs = [g.tensors[k] for k in op.inputs[:2]]
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
-    if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
-            t.data is not None for t in xs):
+    if len(op.inputs) != 2 or all(t.data is not None for t in xs):
         raise ValueError(f'{where} needs two inputs, an activation and an activation or a '
-                         'small constant (int8 training; prepare --dequantize trains it in float)')
+                         'constant (int8 training; prepare --dequantize trains it in float)')
     sa, sb = ([int(v) for v in t.shape] for t in xs)
     if len(sa) < 2 or len(sb) < 2 or len(ys) < 2:
         raise ValueError(f'{where}: operands {sa} and {sb}; BATCH_MATMUL takes matrices')
