@@ -469,6 +469,7 @@ def rewritten(g: Graph) -> Graph:
     # on the float graph; again, they copied an unrolled RNN's recurrent weight a step,
     # its steps' zero biases apart: 'trained.wof holds 184 buffers, the model has 190')
     g.rewrites = rewrite(g, int8=True) if not getattr(g, 'calibrated', False) else {}
+    _trailing_means(g)
     _hoist_input_transpose(g)
     check_window_shapes(g)
     g.q8_rewritten = True
@@ -478,6 +479,41 @@ def rewritten(g: Graph) -> Graph:
     _ids_inputs(g)          # (ids beside int8 inputs: their bytes in the joined input)
     one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
+
+
+def _trailing_means(g: Graph) -> int:
+    """An int8 MEAN or SUM over axes after others that are not 1 (Keras's
+    LayerNormalization on a sequence [1, T, C]: its mean and variance over C; a mean over
+    a feature map's channels) reads its input through a TRANSPOSE that puts the reduced
+    axes first (an SLC layer: a copy, the same scale and zero point), then reduces those
+    leading axes as _mean_layer takes them: the output's values are in the same order, so
+    the output tensor stays as it is.  Such a model had trained dequantized, in float.
+    Returns how many."""
+    from ..formats.circle_io import OP_CODES, Operator
+    from ..graph.edit import new_tensor, renumber
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('MEAN', 'SUM') or len(op.inputs) < 2 or \
+                g.tensors[op.inputs[1]].data is None or g.tensors[op.inputs[0]].dtype != 'int8':
+            continue
+        x = op.inputs[0]
+        shape = [int(v) for v in g.tensors[x].shape]
+        axes = {int(a) % len(shape) for a in np.asarray(g.tensors[op.inputs[1]].data).ravel()}
+        keep = [i for i, v in enumerate(shape) if v != 1]
+        red = [i for i in keep if i in axes]
+        if not red or keep[:len(red)] == red:
+            continue
+        perm = [i for i, v in enumerate(shape) if v == 1] + red + [i for i in keep if i not in axes]
+        name = g.tensors[x].name + f'/op{op.number}_reduced_first'
+        t = new_tensor(g, name, [shape[i] for i in perm], like=x)
+        pk = new_tensor(g, name + '_perm', [len(perm)], np.array(perm, np.int32))
+        ak = new_tensor(g, name + '_axes', [len(red)], np.array([perm.index(i) for i in red], np.int32))
+        tr = Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE', [x, pk], [t], {}, src=op.src)
+        op.inputs = [t, ak] + list(op.inputs[2:])
+        g.ops.insert(g.ops.index(op), tr)
+        renumber(g)
+        done += 1
+    return done
 
 
 def _hoist_input_transpose(g: Graph):
