@@ -1100,7 +1100,8 @@ def _island_refusal(g, op):
                      'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
                      'they read one int8 tensor and scalar constants (ops of two int8 tensors, a '
                      'per-channel constant or a float output is not one; a DIV of two is an int8 '
-                     'DIV where they agree): export the model with int8 ops there')
+                     'DIV where they agree): export the model with int8 ops there (prepare '
+                     '--dequantize trains it in float)')
 
 
 def _island_layer(g, isl, src) -> dict:
