@@ -93,3 +93,28 @@ def test_mean_over_the_last_axis_trains_as_int8(tmp_path, monkeypatch):
         ref = 0.01 * _fd_grad(fwd, xq.astype(np.float64) * SX, w0, i, 1e-5)
         assert 0.8 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.25, i
         assert upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref)) > 0.95, i
+
+
+def test_a_float_model_with_it_trains_as_int8_with_int8(tmp_path):
+    """The same form in a float model given --int8 (a tico / Keras sequence model with a
+    LayerNorm): refused before ('--int8 cannot train it as int8: MEAN op 1 reduces axes
+    [2] ...'); now calibrated and trained as int8."""
+    from host_tools.prepare.pipeline import prepare
+    r = np.random.default_rng(2)
+    w1, b1 = r.standard_normal((F, C)).astype(np.float32), r.standard_normal(F).astype(np.float32)
+    w2, b2 = r.standard_normal((O, T)).astype(np.float32), r.standard_normal(O).astype(np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, m, f, y = (b.tensor(n, s) for n, s in (('x', [1, T, C]), ('h', [1, T, F]), ('m', [1, T, 1]),
+                                                  ('f', [1, T]), ('y', [1, O])))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [F], data=b1)], [h],
+         fused_activation_function='RELU', keep_num_dims=True)
+    b.op('MEAN', [h, b.tensor('ax', [1], data=np.array([2], np.int32))], [m], keep_dims=True)
+    b.op('RESHAPE', [m, b.tensor('rs', [2], data=np.array([1, T], np.int32))], [f])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'f.tflite'))
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((24, T, C)).astype(np.float32), y=r.integers(0, O, 24))
+    s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), epochs=1, lr=0.01, int8=True,
+                loss='scce', from_logits=True, log=lambda *a: None)
+    assert s['int8'] and os.path.exists(tmp_path / 'run' / 'q8.json')
