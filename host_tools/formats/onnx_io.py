@@ -1910,30 +1910,40 @@ class _Reader(RecurrentOps):
         else:
             st, en = list(a['starts']), list(a['ends'])
             ax, sp = list(a.get('axes', range(len(st)))), [1] * len(st)
-        begin, end, stride = [0] * r, list(s), [1] * r
+        begin, end, stride, past = [0] * r, list(s), [1] * r, [0] * r
         for b, e, d, k in zip(st, en, ax, sp):
             d %= r
-            if k <= 0:
-                self.err(f'step {k}: utrain slices with positive steps')
+            if k == 0:
+                self.err('step 0: the file is not a valid model (ONNX Slice steps are not 0)')
             n = s[d]
-            b = min(max(b + n if b < 0 else b, 0), n)
-            e = min(max(e + n if e < 0 else e, 0), n)
+            if k > 0:
+                b = min(max(b + n if b < 0 else b, 0), n)
+                e = min(max(e + n if e < 0 else e, 0), n)
+            else:               # (torch.flip: backwards, the end clamped to -1, past index 0)
+                b = min(max(b + n if b < 0 else b, 0), n - 1)
+                e = min(max(e + n if e < 0 else e, -1), n - 1)
+                past[d] = int(e < 0)
             begin[d], end[d], stride[d] = b, e, k
-        return begin, end, stride
+        return begin, end, stride, past
 
     def op_Slice(self, node, ins, a, i):
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
-        begin, end, stride = self._slice_args(ins, a, s)
+        begin, end, stride, past = self._slice_args(ins, a, s)
         out_shape = [max(0, -(-(e - b) // k)) for b, e, k in zip(begin, end, stride)]
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
             begin, end, stride = _twin_list(begin, 0), _twin_list(end, 1), _twin_list(stride, 1)
+            past = _twin_list(past, 0)
         x = self.get(v, lay)
         ks = [self.tensor(node.output[0] + '/' + w, [len(z)], np.array(z, np.int32))
               for w, z in (('begin', begin), ('end', end), ('strides', stride))]
-        self.emit('STRIDED_SLICE', [x] + ks, [self.out(node.output[0], lay, out_shape)])
+        # (a backward axis running past index 0: TFLite's end_mask, its end -1 being n - 1;
+        # spellings.reversed_slices makes such a slice ops that train)
+        mask = sum(1 << d for d, f in enumerate(past) if f)
+        self.emit('STRIDED_SLICE', [x] + ks, [self.out(node.output[0], lay, out_shape)],
+                  **({'end_mask': mask} if mask else {}))
 
     def op_Gather(self, node, ins, a, i):
         """Gather of an activation at constant indices (y[:, -1] of a sequence): a

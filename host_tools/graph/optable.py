@@ -575,10 +575,26 @@ def _elem_roles(op, g):
     if len(const) != 1 or op.name not in ('ADD', 'SUB', 'MUL', 'BATCH_MATMUL'):
         return {}
     t = g.tensors[op.inputs[const[0]]]
-    if t.dtype != 'float32' or t.data.size < 2 and not _one_unit_bias(op, g, const[0]) or \
+    if t.dtype != 'float32' or t.data.size < 2 and not _one_unit_bias(op, g, const[0]) \
+            and not _prelu_slope(op, g, const[0]) or \
             normalization(op, g) or t.frozen:       # (a clip's bound: spellings.elementwise_forms)
         return {}
     return {const[0]: 'weight' if op.name in ('MUL', 'DIV', 'BATCH_MATMUL') else 'bias'}
+
+
+def _prelu_slope(op, g, c) -> bool:
+    """Is op's one-element constant c a PReLU's one shared slope: the MUL of
+    spellings.elementwise_forms's PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x))
+    (PyTorch's nn.PReLU(), its default of one slope for every unit, which it trains;
+    frozen as a scalar constant before, while a slope a channel trained)?"""
+    if op.name != 'MUL':
+        return False
+    prod = {k: o for o in g.ops for k in o.outputs}
+    sub = prod.get(op.inputs[1 - c])
+    if sub is None or sub.name != 'SUB' or len(sub.inputs) != 2:
+        return False
+    r = prod.get(sub.inputs[1])
+    return r is not None and r.name == 'RELU' and r.inputs[:1] == sub.inputs[:1]
 
 
 def _one_unit_bias(op, g, c) -> bool:

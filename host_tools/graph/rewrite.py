@@ -65,7 +65,7 @@ from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
 from .spellings import (dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
-                        reduce_max_to_pool, resize_to_concat, unit_reductions, selects_to_relu, slice_to_strided,
+                        reduce_max_to_pool, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
@@ -78,7 +78,7 @@ LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, T
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
           ('scaled_copies', scaled_copies, False),
           ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
-          ('slices', slice_to_strided, True),
+          ('slices', slice_to_strided, True), ('reversed_slices', reversed_slices, False),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),

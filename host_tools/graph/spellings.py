@@ -259,6 +259,73 @@ def slice_to_strided(g: Graph) -> int:
     return done
 
 
+def reversed_slices(g: Graph) -> int:
+    """STRIDED_SLICE of an activation with a negative stride (a reversal: Keras's
+    x[:, ::-1], torch.flip and x.flip(1) through torch.onnx, a backward pass over time
+    written by hand; refused before: "utrain slices with positive strides") -> a
+    STRIDED_SLICE with positive strides picking the same values, then along each axis that
+    ran backwards a STRIDED_SLICE of each index and a CONCATENATION of them in reverse order
+    (loops.reverse_to_concat's reversal): the same values and gradient through ops that
+    train.  Float tensors; an int8 graph's slices gather (quant._slc_layer).  Returns how
+    many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'STRIDED_SLICE' or len(op.inputs) != 4 or is_const(g, op.inputs[0]) or \
+                not all(is_const(g, k) for k in op.inputs[1:]) or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f' or \
+                any(op.options.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')):
+            continue
+        X = list(g.tensors[op.inputs[0]].shape)
+        b, e, st = (const_ints(g, k) for k in op.inputs[1:])
+        o = op.options
+        shrink = o.get('shrink_axis_mask', 0)
+        if not len(b) == len(e) == len(st) == len(X) or 0 in st or \
+                all(v > 0 or shrink >> d & 1 for d, v in enumerate(st)):
+            continue
+        begin, end, back = [], [], []
+        for d, n in enumerate(X):
+            if shrink >> d & 1:
+                i = b[d] + n if b[d] < 0 else b[d]
+                begin.append(i)
+                end.append(i + 1)
+                continue
+            picks = list(range(n)[slice(None if o.get('begin_mask', 0) >> d & 1 else b[d],
+                                        None if o.get('end_mask', 0) >> d & 1 else e[d], st[d])])
+            if not picks:
+                break
+            begin.append(min(picks))
+            end.append(max(picks) + 1)
+            if st[d] < 0 and len(picks) > 1:
+                back.append(d - bin(shrink & ((1 << d) - 1)).count('1'))   # (the output's axis)
+        else:
+            y = op.outputs[0]
+            name = g.tensors[y].name
+            step = [1 if shrink >> d & 1 else abs(v) for d, v in enumerate(st)]
+            whole = not shrink and begin == [0] * len(X) and end == X and step == [1] * len(X)
+            if whole and back:          # (a plain reversal: its slices read the input)
+                h, made = op.inputs[0], []
+            else:
+                h = new_tensor(g, name + '/forward', list(g.tensors[y].shape), like=y) if back else y
+                made = [slice_op(g, op.inputs[0], h, name + '/forward', begin, end, step, op.src,
+                                 shrink)]
+            for j, a in enumerate(back):
+                Y = list(g.tensors[h].shape)
+                out = y if j == len(back) - 1 else new_tensor(g, f'{name}/back{j}', Y, like=y)
+                parts = []
+                for i in reversed(range(Y[a])):
+                    pb, pe = [0] * len(Y), list(Y)
+                    pb[a], pe[a] = i, i + 1
+                    parts.append(new_tensor(g, f'{name}/back{j}_at{i}', Y[:a] + [1] + Y[a + 1:], like=y))
+                    made.append(slice_op(g, h, parts[-1], f'{name}/back{j}_at{i}', pb, pe,
+                                         [1] * len(Y), op.src))
+                made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [out],
+                                     {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+                h = out
+            replace_op(g, op, made)
+            done += 1
+    return done
+
+
 def splits_to_slices(g: Graph) -> int:
     """SPLIT / SPLIT_V of an activation by constant sizes -> a STRIDED_SLICE per piece, the
     same values: ONERT 0.1.0 gives other values for a SPLIT_V's pieces (keras.ops.split on the

@@ -625,6 +625,8 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         og.file_tensors = s.get('file_tensors')
         # --train counts the user's file's ops; the float path's rewrites are done
         og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
+        from .quant import _trailing_means
+        _trailing_means(og)     # (a MEAN over C of [1, T, C]: a LayerNorm's, as quant.rewritten)
         og.q8_rewritten = True
         # an NCHW input (a PyTorch model through tico) the float rewrites hoisted: the int8
         # model takes NHWC as the float run does, its samples laid out so (quant's

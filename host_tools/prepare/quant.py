@@ -469,6 +469,7 @@ def rewritten(g: Graph) -> Graph:
     # on the float graph; again, they copied an unrolled RNN's recurrent weight a step,
     # its steps' zero biases apart: 'trained.wof holds 184 buffers, the model has 190')
     g.rewrites = rewrite(g, int8=True) if not getattr(g, 'calibrated', False) else {}
+    _trailing_means(g)
     _hoist_input_transpose(g)
     check_window_shapes(g)
     g.q8_rewritten = True
@@ -478,6 +479,41 @@ def rewritten(g: Graph) -> Graph:
     _ids_inputs(g)          # (ids beside int8 inputs: their bytes in the joined input)
     one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
+
+
+def _trailing_means(g: Graph) -> int:
+    """An int8 MEAN or SUM over axes after others that are not 1 (Keras's
+    LayerNormalization on a sequence [1, T, C]: its mean and variance over C; a mean over
+    a feature map's channels) reads its input through a TRANSPOSE that puts the reduced
+    axes first (an SLC layer: a copy, the same scale and zero point), then reduces those
+    leading axes as _mean_layer takes them: the output's values are in the same order, so
+    the output tensor stays as it is.  Such a model had trained dequantized, in float.
+    Returns how many."""
+    from ..formats.circle_io import OP_CODES, Operator
+    from ..graph.edit import new_tensor, renumber
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('MEAN', 'SUM') or len(op.inputs) < 2 or \
+                g.tensors[op.inputs[1]].data is None or g.tensors[op.inputs[0]].dtype != 'int8':
+            continue
+        x = op.inputs[0]
+        shape = [int(v) for v in g.tensors[x].shape]
+        axes = {int(a) % len(shape) for a in np.asarray(g.tensors[op.inputs[1]].data).ravel()}
+        keep = [i for i, v in enumerate(shape) if v != 1]
+        red = [i for i in keep if i in axes]
+        if not red or keep[:len(red)] == red:
+            continue
+        perm = [i for i, v in enumerate(shape) if v == 1] + red + [i for i in keep if i not in axes]
+        name = g.tensors[x].name + f'/op{op.number}_reduced_first'
+        t = new_tensor(g, name, [shape[i] for i in perm], like=x)
+        pk = new_tensor(g, name + '_perm', [len(perm)], np.array(perm, np.int32))
+        ak = new_tensor(g, name + '_axes', [len(red)], np.array([perm.index(i) for i in red], np.int32))
+        tr = Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE', [x, pk], [t], {}, src=op.src)
+        op.inputs = [t, ak] + list(op.inputs[2:])
+        g.ops.insert(g.ops.index(op), tr)
+        renumber(g)
+        done += 1
+    return done
 
 
 def _hoist_input_transpose(g: Graph):
@@ -1064,7 +1100,8 @@ def _island_refusal(g, op):
                      'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
                      'they read one int8 tensor and scalar constants (ops of two int8 tensors, a '
                      'per-channel constant or a float output is not one; a DIV of two is an int8 '
-                     'DIV where they agree): export the model with int8 ops there')
+                     'DIV where they agree): export the model with int8 ops there (prepare '
+                     '--dequantize trains it in float)')
 
 
 def _island_layer(g, isl, src) -> dict:
@@ -1310,15 +1347,12 @@ def _bin_layer(g, op, d, src):
         return _bmm_layer(g, op, d, src)
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
     xs = [g.tensors[k] for k in op.inputs[:2]]
-    if op.name == 'PRELU' and xs[1].data is not None and xs[1].data.size > 4096:
-        raise ValueError(f'{g.path}: PRELU op {op.number} has {xs[1].data.size} slopes (one a '
-                         'position and channel: Keras\'s PReLU without shared_axes); int8 '
-                         'training takes up to 4096: export it with PReLU(shared_axes=[1, 2]) '
-                         '(one slope a channel), or prepare --dequantize trains it in float')
-    if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
-            t.data is not None for t in xs):
+    # (a constant of any size: q8.json's 'kc', its bytes on the board and a PRELU's
+    # slopes' gradient are in the heap plan, memory.py; a cap of 4096 had sent Keras's
+    # PReLU without shared_axes, a slope a position, to float training)
+    if len(op.inputs) != 2 or all(t.data is not None for t in xs):
         raise ValueError(f'{g.path}: {op.name} op {op.number} needs two inputs, an activation '
-                         'and an activation or a small constant (int8 training)')
+                         'and an activation or a constant (int8 training)')
     sh = [[1] * (len(ys) - len(t.shape)) + [int(v) for v in t.shape] for t in xs]
     if len(sh[0]) != len(ys) or len(sh[1]) != len(ys) or any(
             a not in (1, n) or b not in (1, n) for a, b, n in zip(sh[0], sh[1], ys)):
@@ -1419,10 +1453,9 @@ def _bmm_layer(g, op, d, src):
     where = f'{g.path}: BATCH_MATMUL op {op.number}'
     xs = [g.tensors[k] for k in op.inputs[:2]]
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
-    if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
-            t.data is not None for t in xs):
+    if len(op.inputs) != 2 or all(t.data is not None for t in xs):
         raise ValueError(f'{where} needs two inputs, an activation and an activation or a '
-                         'small constant (int8 training; prepare --dequantize trains it in float)')
+                         'constant (int8 training; prepare --dequantize trains it in float)')
     sa, sb = ([int(v) for v in t.shape] for t in xs)
     if len(sa) < 2 or len(sb) < 2 or len(ys) < 2:
         raise ValueError(f'{where}: operands {sa} and {sb}; BATCH_MATMUL takes matrices')

@@ -310,7 +310,7 @@ def tables(L):
     if getattr(L, 'bg', None) is None:
         L.bg = array('i', d['bg'])
         if 'kc' in d:
-            L.kc = bytearray([v & 255 for v in d['kc']])
+            L.kc = bytearray(array('b', d['kc']))     # (no list of N ints made)
         if 'rv' in d:           # (a DIV's tables)
             L.rv, L.rs, L.ri = array('i', d['rv']), array('i', d['rs']), array('h', d['ri'])
         if 'tq' in d:           # (a SQUARED_DIFFERENCE's, a PRELU's: its gradient's)

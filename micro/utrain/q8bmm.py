@@ -87,7 +87,7 @@ def ins(L, t):
     if getattr(L, 'bp', None) is None:
         L.bp = array('i', [0] * 13)
         if 'kc' in d:
-            L.kc = bytearray([v & 255 for v in d['kc']])
+            L.kc = bytearray(array('b', d['kc']))     # (no list of N ints made)
     if 'kc' in d:
         return (L.kc, t[a[1]]) if d['kp'] == 0 else (t[a[0]], L.kc)
     return t[a[0]], t[a[1]]

@@ -1372,3 +1372,115 @@ def test_a_trained_batchnorm_shift_stays_an_add_without_its_layer(tmp_path):
     dst, _, _ = rewritten(src, tmp_path / 'd.circle')
     assert ops(dst) == ['CONV_2D']
     assert_same_outputs(src, dst)
+
+
+def test_a_prelu_of_one_shared_slope_trains_it(tmp_path):
+    """Issue 28: PyTorch's nn.PReLU() (its default, one slope shared by every unit) as
+    torch.onnx writes it (PRelu, slope [1]): the slope is a parameter PyTorch trains, but
+    prepare froze it as a scalar constant ("1 frozen parameter", nothing said) while a
+    per-channel slope trained.  One SGD step on one sample moves the slope, and the
+    layers on both sides, by -lr times the gradient the differences of the numpy forward
+    give, and export writes the trained slope into the ONNX file."""
+    onnx = pytest.importorskip('onnx')
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(4)
+    w1 = (r.standard_normal((3, 5)) * 0.8).astype(np.float32)
+    b1 = (r.standard_normal(5) * 0.3).astype(np.float32)
+    w2 = (r.standard_normal((5, 2)) * 0.6).astype(np.float32)
+    slope = np.array([0.25], np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, 'w1'), (b1, 'b1'), (w2, 'w2'),
+                                                        (slope, 'slope'))]
+    nodes = [helper.make_node('MatMul', ['x', 'w1'], ['h']), helper.make_node('Add', ['h', 'b1'], ['hb']),
+             helper.make_node('PRelu', ['hb', 'slope'], ['p']), helper.make_node('MatMul', ['p', 'w2'], ['y'])]
+    m = helper.make_model(helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 3])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 2])], inits),
+        opset_imports=[helper.make_opsetid('', 13)])
+    src = os.fspath(tmp_path / 'prelu1.onnx')
+    onnx.save(m, src)
+
+    def forward(x, w1=w1.T, b1=b1, slope=slope, w2=w2.T):     # (read as FC weights [out, in])
+        h = x @ w1.T + b1
+        return np.where(h >= 0, h, slope * h) @ w2.T
+    x = r.standard_normal((8, 3)).astype(np.float32)
+    step = _step_is_the_gradient(src, forward, tmp_path, ('slope', 'w1', 'w2'), x, 'slope',
+                                 exported=True)
+    assert abs(float(step['slope'][0])) > 1e-3
+
+
+@pytest.mark.parametrize('kind', ['tflite-1', 'tflite-2', 'onnx-flip', 'onnx-2'])
+def test_a_reversing_slice_trains(tmp_path, kind):
+    """Issue 28: a STRIDED_SLICE with a negative stride (Keras's x[:, ::-1] of a Lambda;
+    torch.flip, which torch.onnx writes as Slice steps -1 from -1 to -INT64_MAX) was
+    refused: "stride -1 (utrain slices with positive strides)" / "step -1: utrain slices
+    with positive steps".  Now it becomes a forward slice and a reversal (slices and a
+    CONCATENATION): ONERT / ONNX Runtime on the file = numpy = ONERT on the rewrite; one
+    SGD step moves the weights on both sides by -lr times the gradient the differences of
+    the numpy forward give, and export writes them back.  x [1, F] -> FC -> [1, T, H]
+    -> reversed time (every step, or every second from the last) -> FC(O)."""
+    F, T, H, O = 4, 5, 3, 2
+    r = np.random.default_rng(2)
+    w1, b1 = r.standard_normal((T * H, F)).astype(np.float32), r.standard_normal(T * H).astype(np.float32)
+    step = -1 if kind.endswith('-1') or kind.endswith('flip') else -2
+    picks = list(range(T))[::step]
+    w2 = r.standard_normal((O, len(picks) * H)).astype(np.float32)
+    b2 = r.standard_normal(O).astype(np.float32)
+    if kind.startswith('tflite'):
+        src = os.fspath(tmp_path / 'rev.tflite')
+        b = CircleBuilder(identifier=b'TFL3')
+        x, h, m, s, f, y = (b.tensor(n, k) for n, k in (
+            ('x', [1, F]), ('h', [1, T * H]), ('m', [1, T, H]), ('s', [1, len(picks), H]),
+            ('f', [1, len(picks) * H]), ('y', [1, O])))
+        b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [T * H], data=b1)],
+             [h], fused_activation_function='RELU')
+        b.op('RESHAPE', [h], [m], new_shape=[1, T, H])
+        b.op('STRIDED_SLICE', [m, b.tensor('sb', [3], data=np.array([0, -1, 0], np.int32)),
+                               b.tensor('se', [3], data=np.array([0, 0, 0], np.int32)),
+                               b.tensor('ss', [3], data=np.array([1, step, 1], np.int32))], [s],
+             begin_mask=5, end_mask=7)       # (as TF writes x[:, ::step])
+        b.op('RESHAPE', [s], [f], new_shape=[1, len(picks) * H])
+        b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)], [y])
+        b.inputs(x)
+        b.outputs(y)
+        b.save(src)
+    else:
+        onnx = pytest.importorskip('onnx')
+        from onnx import TensorProto, helper, numpy_helper
+        src = os.fspath(tmp_path / 'rev.onnx')
+        big = -(2 ** 63 - 1)
+        inits = [numpy_helper.from_array(a, n) for a, n in (
+            (w1.T.copy(), 'w1'), (b1, 'b1'), (w2.T.copy(), 'w2'), (b2, 'b2'),
+            (np.array([1, T, H], np.int64), 'shape'), (np.array([1, len(picks) * H], np.int64), 'flat'),
+            (np.array([-1], np.int64), 'st'), (np.array([big], np.int64), 'en'),
+            (np.array([1], np.int64), 'ax'), (np.array([step], np.int64), 'sp'))]
+        nodes = [helper.make_node('Gemm', ['x', 'w1', 'b1'], ['h']), helper.make_node('Relu', ['h'], ['hr']),
+                 helper.make_node('Reshape', ['hr', 'shape'], ['m']),
+                 helper.make_node('Slice', ['m', 'st', 'en', 'ax', 'sp'], ['s']),
+                 helper.make_node('Reshape', ['s', 'flat'], ['f']),
+                 helper.make_node('Gemm', ['f', 'w2', 'b2'], ['y'])]
+        onnx.save(helper.make_model(helper.make_graph(
+            nodes, 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, F])],
+            [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, O])], inits),
+            opset_imports=[helper.make_opsetid('', 13)]), src)
+
+    def forward(xs, w1=w1, w2=w2):
+        hs = np.maximum(xs @ w1.T + b1, 0).reshape(len(xs), T, H)[:, ::step]
+        return hs.reshape(len(xs), -1) @ w2.T + b2
+    x = r.standard_normal((6, F)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    if kind.startswith('tflite'):
+        np.testing.assert_allclose(onert_infer(src, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    else:
+        ort = pytest.importorskip('onnxruntime')
+        sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+        got = np.concatenate([sess.run(None, {'x': x[i:i + 1]})[0] for i in range(len(x))])
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['reversed_slices'] == 1 and 'CONCATENATION' in ops(dst)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x, exported=True)
+    # utrain's forward (the board's code under CPython; ONERT 0.1.0 gives other values for
+    # the SPLIT_V prepare makes of the slices: spellings.splits_to_slices) = numpy
+    from test_parity import new_trainer
+    tr = new_trainer(os.fspath(tmp_path / 'run' / 'model.flat'), os.fspath(tmp_path / 'run' / 'weights.wof'))
+    got = np.stack([np.array(tr.predict(x[i:i + 1]), np.float64).reshape(-1) for i in range(len(x))])
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)

@@ -87,34 +87,36 @@ def test_int8_from_float_names_the_files_op_numbers_and_what_to_do(tmp_path):
 
 
 def test_int8_from_float_refusal_of_an_op_form_says_float32_not_dequantize(tmp_path):
-    """A float model with an op of a form the int8 path refuses (a MEAN over the channels
-    of [1, T, C], a LayerNormalization's): prepare --int8 refuses saying float32 trains it,
-    not the '--dequantize' an int8 file's refusal gives (a float model has nothing to
-    dequantize); without --int8 it trains in float32 and says why not as int8."""
+    """A float model with an op of a form the int8 path refuses (a PAD of three axes, which
+    int8 training cannot place as rows of one stride; a MEAN over the channels of [1, T, C]
+    was the example until int8 training took it, quant._trailing_means): prepare --int8
+    refuses saying float32 trains it, not the '--dequantize' an int8 file's refusal gives
+    (a float model has nothing to dequantize); without --int8 it trains in float32 and
+    says why not as int8."""
     from host_tools.formats.circle_build import CircleBuilder
     r = np.random.default_rng(5)
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, 4, 6])
-    m = b.tensor('m', [1, 4])
-    b.op('MEAN', [x, b.tensor('ax', [1], data=np.array([2], np.int32))], [m], keep_dims=False)
+    x, p, f = b.tensor('x', [1, 4, 4, 2]), b.tensor('pd', [1, 6, 6, 4]), b.tensor('f', [1, 144])
+    b.op('PAD', [x, b.tensor('pads', [4, 2], data=np.array([[0, 0], [1, 1], [1, 1], [1, 1]], np.int32))], [p])
+    b.op('RESHAPE', [p, b.tensor('rs', [2], data=np.array([1, 144], np.int32))], [f])
     y = b.tensor('y', [1, 3])
-    b.op('FULLY_CONNECTED', [m, b.tensor('w', (3, 4), data=r.standard_normal((3, 4)).astype(np.float32)),
+    b.op('FULLY_CONNECTED', [f, b.tensor('w', (3, 144), data=r.standard_normal((3, 144)).astype(np.float32)),
                              b.tensor('bi', [3], data=np.zeros(3, np.float32))], [y])
     b.inputs(x)
     b.outputs(y)
     src = b.save(str(tmp_path / 'mn.tflite'))
-    np.savez(tmp_path / 'd.npz', x=r.standard_normal((16, 4, 6)).astype(np.float32), y=np.arange(16) % 3)
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((16, 4, 4, 2)).astype(np.float32), y=np.arange(16) % 3)
     with pytest.raises(PrepareError) as e:
         prepare(src, str(tmp_path / 'p'), data=str(tmp_path / 'd.npz'), int8=True, from_logits=True,
                 log=lambda *a: None, **KW)
     msg = str(e.value)
-    assert 'MEAN op 0' in msg and 'dequantize' not in msg, msg
+    assert 'PAD op 0' in msg and 'dequantize' not in msg, msg
     assert msg.endswith('without --int8 it trains in float32'), msg
     said = []
     prepare(src, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), board='rp2040', from_logits=True,
             log=said.append, **KW)
     why = [w for w in said if 'int8 from float does not take it' in w]
-    assert why and 'MEAN op 0' in why[0] and 'dequantize' not in why[0], said
+    assert why and 'PAD op 0' in why[0] and 'dequantize' not in why[0], said
 
 
 def test_calibrated_int8_model_computes_the_float_model(tmp_path):

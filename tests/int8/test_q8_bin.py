@@ -798,8 +798,9 @@ def test_an_op_only_the_float_path_runs_trains_dequantized(tmp_path):
 
 def test_an_op_form_only_the_float_path_takes_trains_dequantized(tmp_path):
     """An int8 model with an op of a form int8 training refuses while the float path
-    trains it (a MEAN over the channels of [1, T, C]: a Keras LayerNormalization's, in a
-    converter's int8 attention model) trains in float32, dequantized, when nobody named
+    trains it (a MAXIMUM of inputs at two scales, which TFLite's int8 kernel compares as
+    codes; a MEAN over the channels of [1, T, C] was the example until int8 training took
+    it, quant._trailing_means) trains in float32, dequantized, when nobody named
     --dequantize, as an op without an int8 kernel does; the reason is said once, without
     the refusal's own '--dequantize' advice twice."""
     from host_tools.formats.circle_build import CircleBuilder
@@ -807,9 +808,10 @@ def test_an_op_form_only_the_float_path_takes_trains_dequantized(tmp_path):
     r = np.random.default_rng(4)
     b = CircleBuilder(identifier=b'TFL3')
     q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}     # noqa: E731
-    x = b.tensor('x', [1, 4, 6], dtype='int8', quant=q(0.05))
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q(0.05))
     m = b.tensor('m', [1, 4], dtype='int8', quant=q(0.05))
-    b.op('MEAN', [x, b.tensor('ax', [1], data=np.array([2], np.int32))], [m], keep_dims=False)
+    b.op('MAXIMUM', [x, b.tensor('c', [4], data=np.array([-3, 0, 5, 9], np.int8), dtype='int8',
+                                 quant=q(0.1))], [m])
     y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
     b.op('FULLY_CONNECTED', [m, b.tensor('w', (3, 4), data=r.integers(-100, 100, (3, 4)).astype(np.int8),
                                          quant=q(0.01)), b.tensor('bi', [3], data=np.zeros(3, np.int32),
@@ -817,14 +819,14 @@ def test_an_op_form_only_the_float_path_takes_trains_dequantized(tmp_path):
     b.inputs(x)
     b.outputs(y)
     path = b.save(str(tmp_path / 'mn.tflite'))
-    np.savez(tmp_path / 'd.npz', x=r.standard_normal((8, 4, 6)).astype(np.float32), y=r.integers(0, 3, 8))
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((8, 4)).astype(np.float32), y=r.integers(0, 3, 8))
     said = []
     s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', from_logits=True,
                 log=lambda *a: said.append(' '.join(map(str, a))))
     assert not os.path.exists(tmp_path / 'run' / 'q8.json')
     why = [m for m in said if 'trains in float32, dequantized' in m]
-    assert len(why) == 1 and 'MEAN op 0' in why[0] and why[0].count('--dequantize') == 1, said
-    assert 'MEAN op 0' in s['dequantized_because']
+    assert len(why) == 1 and 'MAXIMUM op 0' in why[0] and why[0].count('--dequantize') == 1, said
+    assert 'MAXIMUM op 0' in s['dequantized_because']
     g = read_model(path)            # (a refusal, where one is made: the advice once)
     try:
         quant.layers(quant.rewritten(g), 'all')
@@ -1199,3 +1201,44 @@ def test_prefix_cache_cuts_below_a_residual_block(tmp_path):
     with open(tmp_path / 'run0' / 'weights.wof', 'rb') as f:
         assert got[False] != f.read()           # (it trained)
     assert got[True] == got[False]
+
+
+def test_a_float_island_of_two_int8_tensors_trains_dequantized(tmp_path):
+    """Issue 28: TF 2.21's full-integer converter leaves a Maximum / Subtract of two
+    branches in float32 (DEQUANTIZE of each, SUB, QUANTIZE: a held-out Keras model with an
+    ELU branch); int8 training cannot tabulate float ops of two tensors, and prepare
+    stopped with an error where every other form only the float path takes trains
+    dequantized on its own: now it says why once and trains it so."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.pipeline import prepare
+    r = np.random.default_rng(5)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q(0.05))
+    hs = []
+    for j in range(2):
+        h = b.tensor(f'h{j}', [1, 5], dtype='int8', quant=q(0.04, 3 * j))
+        b.op('FULLY_CONNECTED', [x, b.tensor(f'w{j}', (5, 4), data=r.integers(-100, 100, (5, 4)).astype(np.int8),
+                                             quant=q(0.01)),
+                                 b.tensor(f'b{j}', [5], data=np.zeros(5, np.int32), dtype='int32',
+                                          quant=q(0.0005))], [h])
+        f = b.tensor(f'f{j}', [1, 5])
+        b.op('DEQUANTIZE', [h], [f])
+        hs.append(f)
+    d, dq = b.tensor('d', [1, 5]), b.tensor('dq', [1, 5], dtype='int8', quant=q(0.06))
+    b.op('SUB', hs, [d], fused_activation_function='NONE')
+    b.op('QUANTIZE', [d], [dq])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    b.op('FULLY_CONNECTED', [dq, b.tensor('w2', (3, 5), data=r.integers(-100, 100, (3, 5)).astype(np.int8),
+                                          quant=q(0.01)),
+                             b.tensor('bi', [3], data=np.zeros(3, np.int32), dtype='int32', quant=q(0.0006))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'two.tflite'))
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((8, 4)).astype(np.float32), y=r.integers(0, 3, 8))
+    said = []
+    s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+                lr=0.01, log=lambda *a: said.append(' '.join(map(str, a))))
+    why = [m for m in said if 'trains in float32, dequantized' in m]
+    assert len(why) == 1 and 'DEQUANTIZE' in why[0] and why[0].count('--dequantize') == 1, said
+    assert s.get('dequantized_because') and not os.path.exists(tmp_path / 'run' / 'q8.json')
