@@ -41,7 +41,7 @@ import numpy as np
 from circle_schema.v0_10 import circle as C
 
 from .kinds import kind_of
-from .ir import (OP_CODES, OP_NAMES, Graph, ModelError, Operator, Tensor, _enum_names,
+from .ir import (AGAIN, OP_CODES, OP_NAMES, Graph, ModelError, Operator, Tensor, _enum_names,
                  atomic_write, check_path, drop_final_log_softmax,
                  drop_two_class_sigmoid)
 
@@ -221,12 +221,6 @@ class _CheckedBytes(bytes):
             if (start is not None and start < 0) or (stop is not None and stop > len(self)):
                 raise IndexError("read past the end of the buffer")
         return bytes.__getitem__(self, key)
-
-
-# what to do about a model file cut short or damaged (a download or copy that stopped, a
-# disk that filled): it had been said what was wrong with it, not what to do
-AGAIN = ('; the file is cut short or damaged: copy or download it again, or convert it '
-         'again from its source')
 
 
 def _reads_as_onnx(raw: bytes) -> bool:

@@ -15,6 +15,12 @@ import numpy as np
 from circle_schema.v0_10 import circle as C
 
 
+# what to do about a model file cut short or damaged (a download or copy that stopped, a
+# disk that filled): it had been said what was wrong with it, not what to do
+AGAIN = ('; the file is cut short or damaged: copy or download it again, or convert it '
+         'again from its source')
+
+
 class ModelError(ValueError):
     """A model file that cannot be read or rewritten. ``str(e) == "<path>: <message>"``."""
 

@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from .ir import Graph, ModelError, Operator, Tensor, OP_CODES
+from .ir import AGAIN, Graph, ModelError, Operator, Tensor, OP_CODES
 from .onnx_rnn import RecurrentOps
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
@@ -2253,7 +2253,6 @@ def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
     from .ir import check_path
-    from .circle_io import AGAIN
     onnx = _onnx()
     path = check_path(path)
     _external_data_beside(path)

@@ -16,10 +16,8 @@ from ..files import dataset as ds
 from ..files.locks import PID_FILE, staging_folder, holder, locked
 from ..formats.circle_io import atomic_write
 from ..graph.passes import PrepareError
+from ..target.runner import FILES
 
-FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
-         'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
-         'log': 'train.log', 'rewritten': 'rewritten.circle'}
 
 
 def progress_step(n: int) -> int:

@@ -417,6 +417,10 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
 
 
 # the files prepare writes in a folder (a run's error naming one: prepare again)
+# the prepared folder's files, as prepare names them (prepare.runfolder writes them)
+FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
+         'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
+         'log': 'train.log', 'rewritten': 'rewritten.circle'}
 PREPARED = ('model.flat', 'weights.wof', 'train.json', 'train.ds', 'test.ds', 'q8.json', 'q8.req',
             'q8t.json')
 
@@ -578,7 +582,6 @@ def _other_slot(out_dir, what):
     train.json's "files" names in another's place ("model": "weights.wof"), or None: the
     file is not damaged (it had been 'weights.wof is damaged or missing; prepare the folder
     again')."""
-    from ..prepare.runfolder import FILES
     try:
         with open(os.path.join(out_dir, 'train.json'), 'rb') as fh:
             files = json.loads(fh.read().decode('utf-8')).get('files')
