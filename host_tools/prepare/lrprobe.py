@@ -168,7 +168,8 @@ def _plan(n, macs, prefix_macs, budget=None):
     multiply-adds (prefix_macs more a sample, once: a cached frozen prefix) within budget
     multiply-adds (None: MACS, float's; an int8 run's MACS_Q8): (pass, held, own, steps),
     own where the pass is judged on its own samples (fewer than MIN_SAMPLES: none to hold
-    out), or a str: why it cannot run."""
+    out), or a str: why it cannot run.  PASS and HELD, or from 2 x PASS + HELD samples a
+    pass of LONG (LONG / 2) judged on LONG_HELD where STEPS lrs of it fit the budget."""
     budget = budget or MACS
     own = n < MIN_SAMPLES
     p = n if own else min(PASS, n - HELD // 2)
@@ -345,7 +346,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
            else 'left a clearly higher loss')
     scaled = '' if lr1 == lr0 else (
         f' (mse from a held loss of {start:.3g} before any pass: the first lr {lr0:g} / '
-        f'{start:.3g}, targets far from unit scale scale the gradients)')
+        f'{start:.3g}' + (f', at most {STEP ** UP:.0f}x' if lr1 > lr0 and ups <= 0 else '')
+        + ', targets far from unit scale scale the gradients, up or down)')
     on = (f'on those samples after it (only {n_train} training samples: none held out)'
           if own else 'on other training samples')
     # (a regression's targets in large units: SGD's steps grow with the error, down to an
