@@ -25,6 +25,8 @@ import numpy as np
 
 PASS = 64           # training samples of one probe pass
 HELD = 32           # other training samples that judge it
+LONG = 256          # ...or, where the samples and budget allow STEPS lrs of it, up to this
+LONG_HELD = 64      # pass and this many held (from 2 x PASS + HELD training samples)
 MIN_SAMPLES = 24    # fewer training samples than this: one pass over all of them...
 FEW = 8             # ...judged on their own loss after it (at least FEW; fewer: no probe)
 LEAST = 8           # a pass (and its held samples) shrunk to fit MACS: at least this many
@@ -70,10 +72,13 @@ def _held_loss(tr, ds, train, held):
 
 
 def _first_lr(lr, start, loss):
-    """The lr the probe's first pass takes: the run's (lr), or for an mse loss whose held
-    loss before any pass (start) is above 1, lr / start on the probe's sqrt(10) steps: a
-    regression's targets far from unit scale, whose error and last-layer weights each
-    scale the gradients below them (each about sqrt(start)).  On held-out regressions
+    """The lr the probe's first pass takes: the run's (lr), or for an mse loss, lr / the
+    held loss before any pass (start) on the probe's sqrt(10) steps, at most UP steps up:
+    a regression's targets far from unit scale, whose error and last-layer weights each
+    scale the gradients below them (each about sqrt(start)), down where they are large,
+    up where small (a Keras Conv1D regression on targets within +-0.1, held loss 0.0015:
+    from 0.01 the probe kept 0.01, test MAE 0.032, where 0.1 reached 0.026; the first
+    lr now 1, and the probe steps down from its harm).  On held-out regressions
     (Keras Conv1D nets made for targets within +-100 and +-1e4, held losses 838 and
     3.5e7 before a pass; float and int8) the best of a decade grid was 1e-5 and 1e-10 /
     1e-9, where a probe stepping down from 0.01 took 3.2e-7 / 3.2e-5 (its short passes
@@ -82,9 +87,9 @@ def _first_lr(lr, start, loss):
     agree: targets within +-10, +-1000 at 0.001, 1e-7, a VLP position net in mm
     (held loss ~3000) at 3.2e-6 to 1e-5."""
     import math
-    if loss != 'mse' or not 1 < start < float('inf'):
+    if loss != 'mse' or not 0 < start < float('inf'):
         return lr
-    return float('%.2g' % (lr * STEP ** -round(2 * math.log10(start))))
+    return float('%.2g' % (lr * STEP ** min(UP, -round(2 * math.log10(start)))))
 
 
 def updates_ok(p, cfg, own):
@@ -163,7 +168,8 @@ def _plan(n, macs, prefix_macs, budget=None):
     multiply-adds (prefix_macs more a sample, once: a cached frozen prefix) within budget
     multiply-adds (None: MACS, float's; an int8 run's MACS_Q8): (pass, held, own, steps),
     own where the pass is judged on its own samples (fewer than MIN_SAMPLES: none to hold
-    out), or a str: why it cannot run."""
+    out), or a str: why it cannot run.  PASS and HELD, or from 2 x PASS + HELD samples a
+    pass of LONG (LONG / 2) judged on LONG_HELD where STEPS lrs of it fit the budget."""
     budget = budget or MACS
     own = n < MIN_SAMPLES
     p = n if own else min(PASS, n - HELD // 2)
@@ -171,6 +177,17 @@ def _plan(n, macs, prefix_macs, budget=None):
 
     def steps(p, h):
         return min(STEPS, _lrs(p, h, own, macs, prefix_macs, budget))
+    if not own and n >= 2 * PASS + HELD:
+        # (a longer pass where the samples and budget take STEPS lrs of it: 64 samples
+        # did not tell the lrs apart that five epochs did, a Keras Conv1D regression on
+        # targets within +-100 raised its held loss at 1e-5 (957 from 838, SGD's first
+        # steps) and fell clearly at 256 (184 where 3.2e-7 left 1305))
+        for q in (LONG, LONG // 2):
+            g = LONG_HELD if n - min(q, n - HELD) >= LONG_HELD else HELD
+            q = min(q, n - g)
+            if q > p and steps(q, g) >= STEPS:
+                p, h = q, g
+                break
     if steps(p, h) < 1:
         # fewer samples, not no probe: LEAST held (the pass's harm shows on few, and shows
         # the less the shorter the pass) and as long a pass as takes three lrs (down 10x)
@@ -241,14 +258,18 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # targets within +-0.1 learned at 0.01 to a test MAE of 0.034 where 0.1 reached
         # 0.027; kept only where its pass leaves the loss clearly lower still, ABOVE)
         above = None
-        if tried[0][1] < STILL * start and not flat(tried[0][1]) and updates_ok(p, cfg, own):
+        # (never past UP steps above the run's lr, where the first lr is already up)
+        ups = UP - round(2 * np.log10(lr1 / lr0)) if lr1 > lr0 else UP
+        if tried[0][1] < STILL * start and not flat(tried[0][1]) and updates_ok(p, cfg, own) \
+                and ups > 0:
             above = (float('%.2g' % (lr1 * STEP)), None)
             above = (above[0], _held_loss(make(above[0]), ds, train, held))
         # (up only where the pass held UPDATES updates: one update of a batch of 1000
         # barely moves the loss at any lr the run can take for ten epochs; and never
         # judged on the pass's own samples: a higher lr fits those better)
         # (and never where the pass raised the loss by more: that is harm, down)
-        up = STILL * start <= tried[0][1] <= start / STILL and updates_ok(p, cfg, own)
+        up = STILL * start <= tried[0][1] <= start / STILL and updates_ok(p, cfg, own) \
+            and ups > 0
         # (down past STEPS, to FAR within the budget, while every lr tried clearly
         # raised the held loss or diverged: an int8 regression
         # on targets in the thousands (a VLP position net, mm) raised it 10^3-10^8 times
@@ -257,7 +278,7 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # (the pass above the lr is one of the budget's)
         far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS) - bool(above))
         last = min(steps, far)
-        for k in range(1, (min(steps, UP) if up else far) + 1):
+        for k in range(1, (min(steps, ups) if up else far) + 1):
             lr = float('%.2g' % (lr1 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
             # (a classifier's pass that fell to the uniform guess from a start that was
@@ -325,7 +346,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
            else 'left a clearly higher loss')
     scaled = '' if lr1 == lr0 else (
         f' (mse from a held loss of {start:.3g} before any pass: the first lr {lr0:g} / '
-        f'{start:.3g}, targets far from unit scale scale the gradients)')
+        f'{start:.3g}' + (f', at most {STEP ** UP:.0f}x' if lr1 > lr0 and ups <= 0 else '')
+        + ', targets far from unit scale scale the gradients, up or down)')
     on = (f'on those samples after it (only {n_train} training samples: none held out)'
           if own else 'on other training samples')
     # (a regression's targets in large units: SGD's steps grow with the error, down to an

@@ -412,3 +412,102 @@ def test_an_int8_probe_has_its_own_budget():
     assert L.LEAST <= p < 22 and own and steps >= 2
     assert (steps + 1) * 2 * p * 257e3 + p * 58e6 <= L.MACS_Q8
     assert 'it takes at most 1.2 G' in L._plan(22, 58e6, 0, L.MACS_Q8)
+
+
+def _regression(tmp_path, scale, n=400, F=4, Hd=32):
+    """x [1, 4] -> FC 32 RELU -> FC 1, trained on teacher A's targets at unit scale (full-
+    batch Adam, numpy), its output layer then scaled to targets within +-scale (as a model
+    made for those units), its hidden layer 4x smaller and the output 4x larger (the same
+    function: hidden outputs of about unit square sum, as a Keras net's); the samples
+    teacher B's (half A), n of them."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2 * n, F)).astype(np.float32)
+    a = rng.standard_normal(F) / np.sqrt(F) * 1.5
+    b = 0.5 * a + 0.5 * rng.standard_normal(F) / np.sqrt(F) * 1.5
+    ps = [rng.standard_normal((Hd, F)) * np.sqrt(2 / F), np.zeros(Hd),
+          rng.standard_normal((1, Hd)) * np.sqrt(1 / Hd), np.zeros(1)]
+    m1, m2 = [np.zeros_like(q) for q in ps], [np.zeros_like(q) for q in ps]
+    t = np.tanh(x[:n] @ a)[:, None]
+    for i in range(1, 301):
+        W1, b1, W2, b2 = ps
+        z = x[:n] @ W1.T + b1
+        h = np.maximum(z, 0)
+        e = (h @ W2.T + b2 - t) * 2 / n
+        gh = (e @ W2) * (z > 0)
+        for q, g, u, v in zip(ps, [gh.T @ x[:n], gh.sum(0), e.T @ h, e.sum(0)], m1, m2):
+            u *= 0.9
+            u += 0.1 * g
+            v *= 0.999
+            v += 0.001 * g * g
+            q -= 0.01 * (u / (1 - 0.9 ** i)) / (np.sqrt(v / (1 - 0.999 ** i)) + 1e-7)
+    W1, b1, W2, b2 = [np.float32(q) for q in ps]
+    cb = CircleBuilder(identifier=b'TFL3')
+    xi, hh, y = cb.tensor('x', [1, F]), cb.tensor('h', [1, Hd]), cb.tensor('y', [1, 1])
+    cb.op('FULLY_CONNECTED', [xi, cb.tensor('w1', [Hd, F], data=W1 / 4),
+                              cb.tensor('b1', [Hd], data=b1 / 4)], [hh],
+          fused_activation_function='RELU')
+    cb.op('FULLY_CONNECTED', [hh, cb.tensor('w2', [1, Hd], data=W2 * 4 * scale),
+                              cb.tensor('b2', [1], data=b2 * scale)], [y])
+    cb.inputs(xi)
+    cb.outputs(y)
+    np.savez(tmp_path / 'd.npz', x=x[n:],
+             y=np.float32(scale * np.tanh(x[n:] @ b)).reshape(-1, 1))
+    return cb.save(os.fspath(tmp_path / 'r.tflite')), os.fspath(tmp_path / 'd.npz')
+
+
+@pytest.mark.parametrize('scale,lo,hi', [(0.1, 0.032, 0.32), (100.0, 3.2e-06, 1e-04)])
+def test_a_regression_far_from_unit_scale_gets_an_lr_near_the_grids_best(tmp_path, scale,
+                                                                         lo, hi):
+    """The probe on a small regression whose targets are within +-0.1 or +-100 (320
+    training samples, the run 5 epochs of SGD).  A fixed-lr grid (host, run --python, the
+    best epoch's test MAE): +-0.1: 0.1 -> 0.0088, 0.032 -> 0.0107, 0.01 -> 0.0121, 0.32 ->
+    0.0121, 1 -> 0.0155; +-100: 3.2e-5 -> 3.83, 1e-5 -> 7.47, 3.2e-6 -> 5.90, 1e-6 ->
+    7.66, 3.2e-7 -> 7.95, 1e-4 -> 27.5 (it diverged, then halved).  main took 0.032 and
+    1e-6: an mse loss below 1 started at the lr (the targets' small scale slows the
+    layers below the last), and 64-sample passes (SGD's first steps at 3.2e-6 raised the
+    held loss 3.6x).  Now lr / the held loss before any pass (at most 100x), and as long
+    a pass as the samples and budget take (256): 0.1 and 3.2e-6 (the grid's second; its
+    best, 3.2e-5, diverges in a pass of 256)."""
+    model, data = _regression(tmp_path, scale)
+    said = []
+    prepare(model, str(tmp_path / 'run'), data=data, test_split=0.2, epochs=5,
+            log=said.append)
+    assert lo <= _lr(str(tmp_path / 'run')) <= hi, said
+    assert any('one pass of 256 samples' in m for m in said), said
+
+
+def test_a_cheap_pass_is_long():
+    """A pass of 64 samples judged on 32 did not tell the lrs apart that five epochs did
+    (a Keras Conv1D regression on targets within +-100: its held loss rose at 1e-5, 957
+    from 838, and the probe took 3.2e-7, test MAE 14.1 where 1e-5 reached 9.2; a pass
+    of 256 judged on 64: 231 from 1522 at 1e-5, 707 at 1e-6).  Where the samples and
+    the budget take STEPS lrs of it, the pass is 256 samples (128 where 256 do not fit),
+    judged on 64 (32 where fewer than 64 would be left); under 160 training samples or a
+    costlier step keep 64 and 32."""
+    from host_tools.prepare import lrprobe as L
+    assert L._plan(320, 5e3, 0) == (256, 64, False, L.STEPS)
+    assert L._plan(200, 5e3, 0) == (168, 32, False, L.STEPS)    # (all but 32)
+    assert L._plan(150, 5e3, 0) == (64, 32, False, L.STEPS)
+    assert L._plan(2000, 15e6, 0) == (128, 64, False, L.STEPS)  # (256: 4 lrs within MACS)
+    assert L._plan(2000, 30e6, 0) == (64, 32, False, L.STEPS)
+    p, h, own, steps = L._plan(320, 30e6, 0, L.MACS_Q8)  # (int8: its own budget, as before)
+    assert p < 64 and h <= L.LEAST
+
+
+def test_an_mse_loss_below_unit_scale_starts_above_the_lr(monkeypatch):
+    """An mse loss whose held loss before any pass is below 1 starts at lr / that loss too
+    (at most UP steps, 100x, above), and steps down from harm: a Keras Conv1D regression
+    on targets within +-0.1 (held loss 0.00155) kept 0.01 from main's probe, whose step
+    above (0.032) never left the loss below 0.7x 0.01's (test MAE 0.0323; the grid:
+    0.032 -> 0.0301, 0.1 -> 0.0263).  Its held losses after a 256-sample pass (a
+    stand-in trainer): 0.032 kept, said with the first lr's reason."""
+    from host_tools.prepare import lrprobe
+    losses = {1.0: float('inf'), 0.32: 0.0022, 0.1: 0.0033, 0.032: 0.001154,
+              0.01: 0.001161, 0.0032: 0.001221, 0.001: 0.001326, 0.00032: 0.001438,
+              0.0001: 0.001507, 3.2e-05: 0.001534, 1e-05: 0.001544}
+    _stand_in(monkeypatch, losses.__getitem__, 0.00155, scaled=True)
+    said = []
+    got = lrprobe.probe_lr('run', {'lr': 0.01, 'loss': 'mse', 'files': {'train': 'train.ds'}},
+                           320, set(), said.append, 'm.tflite', 5e3)
+    assert got == 0.032, said
+    assert 'at 1 (mse from a held loss of 0.00155' in said[0], said
