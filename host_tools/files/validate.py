@@ -245,11 +245,13 @@ def npz_headers(path: str) -> dict:
         from ..formats.kinds import kind_of
         try:
             with open(path, 'rb') as f:
-                kind = kind_of(f.read(4096)) if isinstance(e, zipfile.BadZipFile) else None
+                raw = f.read(4096)
         except OSError:
-            kind = None
+            raw = None
+        kind = kind_of(raw) if raw and isinstance(e, zipfile.BadZipFile) else None
         what = (f'it reads as {kind}, not an .npz' + (
             ' (a CSV? it is read by its .csv name)' if kind == 'text' else '') if kind else
+            'not a readable .npz file: the file is empty' if raw == b'' else
             f'not a readable .npz file ({e})')
         raise PrepareError(f'{path}: {what}; data is an .npz of arrays x '
                            'and y (np.savez(path, x=x, y=y)), a .csv, a .ds file or a folder of '

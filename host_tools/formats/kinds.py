@@ -6,6 +6,8 @@ for every reader (circle_io, onnx_io, trainconfig, fleet), below all of them."""
 def kind_of(raw: bytes) -> str | None:
     """What a file given as a model is, by its first bytes (the files a user has beside
     one: data, a run folder's, images), or None."""
+    if not raw:             # (an empty file reads as no kind, not as text)
+        return None
     head = raw[:4]
     kinds = {b'PK\x03\x04': 'a zip archive (an .npz of data?)', b'\x89PNG': 'a PNG image',
              b'UTDS': "utrain's samples (a .ds file)", b'UTFM': "utrain's board model (model.flat, "

@@ -1011,7 +1011,7 @@ def test_data_read_to_choose_the_loss_is_judged_as_prepare_reads_it(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(24, 6)).astype(np.float32)
     np.savez(tmp_path / 'b.npz', x=x, y=rng.integers(0, 2, 24).astype(bool))
-    for data, want in (('empty.npz', 'empty.npz: not a readable .npz file'), ('b.npz', None)):
+    for data, want in (('empty.npz', 'empty.npz: not a readable .npz file: the file is empty'), ('b.npz', None)):
         err = io.StringIO()
         with redirect_stderr(err), redirect_stdout(io.StringIO()):
             code = cli(['prepare', model, '-o', str(tmp_path / ('run' + data)), '--data',
