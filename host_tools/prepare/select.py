@@ -1527,6 +1527,7 @@ class Q8Pricer(_Fits):
         from .quant import rewritten
         self.g0 = rewritten(read_model(model_path))
         self.memo = {}
+        self.alts = []      # (Q8Pricers with the memory options prepare may choose: fits)
 
     def price(self, ranks, fisher=False):
         """fisher: with the board's scoring pass (utrain.q8fish: --select board), on the
@@ -1569,7 +1570,12 @@ class Q8Pricer(_Fits):
             if dropped:
                 p.update(heap=h['total'], parts=h['parts'], plan=h, dropped=dropped)
                 lim = limit(h)
-        return self._within(p, lim)
+        if self._within(p, lim):
+            return True
+        # (or with --cache, which prepare_q8 chooses for a plan over the budget, as for a
+        # --ranks given by hand; not under the board's scoring pass, which runs the
+        # layers the cache leaves out)
+        return any(a.fits(ranks, limit, fisher) for a in self.alts if not fisher)
 
 
 def q8_macs(ls) -> int:
@@ -1715,6 +1721,13 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
                     'so the host chooses (as --select auto) and the board does not score'
                     if mode == 'board' else ''))
             pr, mode, cached = pc, 'auto', True
+        else:
+            # a candidate fits where it does with the cache prepare chooses for it (as
+            # the float path's Pricer.alts, session 28): priced without it only, the int8
+            # wine MLP at 116 KB left out 1:1/2 (half:1, 0.982: prepare --ranks chose the
+            # cache) and trained 0:1/4 (0.917; docs/choosing-what-trains.md, session 29)
+            pr.alts = [Q8Pricer(model_path, settings, dict(board=board, cache=True,
+                                                           bands=bands, flash=flash))]
     def auto(pricer):       # (int8 trials priced by pricer)
         return choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
                            True, log=log, pricer=pricer, trials=Q8Trials, prepare=prepare,

@@ -821,6 +821,33 @@ def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path, monkeyp
     assert os.path.exists(tmp_path / 'o' / 'q8t.json')       # the board's prefix cache
 
 
+def test_int8_candidates_fit_with_the_cache_prepare_chooses_for_them(tmp_path, monkeypatch):
+    """Session 29 (the held-out int8 wine MLP at 116 KB: 1:1/2 plans 122 KB, 116 with the
+    cache prepare --ranks chose for it, and was never a candidate): where the classifier
+    fits without --cache, a candidate fits where it does with it (as the float path's
+    memory options, session 28), and not under the board's scoring pass.  The pricer
+    --select auto chooses with, caught before its trials."""
+    from host_tools.prepare import select as sl
+    model, data = _model_and_classes(tmp_path, 40)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    plain, cached = sl.Q8Pricer(model, s), sl.Q8Pricer(model, s, {'cache': True})
+    two = {4: 0, 2: 0}
+    budget = (plain.price({4: 0})['heap'] + plain.price(two)['heap']) // 2
+    assert cached.price(two)['heap'] <= budget < plain.price(two)['heap']
+    got = []
+
+    def caught(*a, pricer=None, **kw):
+        got.append(pricer)
+        raise KeyboardInterrupt     # (no trials)
+    monkeypatch.setattr(sl, 'choose_auto', caught)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(model, str(tmp_path / 'o'), data=data, loss='scce', lr=0.05, epochs=1,
+                select='auto', budget=budget, log=lambda *a: None)
+    limit = lambda h: budget        # noqa: E731
+    assert got[0].fits({4: 0}, limit) and got[0].fits(two, limit)
+    assert not got[0].fits(two, limit, fisher=True)
+
+
 def _small_scratch(monkeypatch):
     """Plans with a 64-byte weight scratch: the pointwise conv's 128 weights stream."""
     d = list(quant.plan.__defaults__)
