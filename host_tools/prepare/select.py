@@ -1751,17 +1751,17 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     if mode == 'board' and 'select' not in res and not cache and data:
         # the board does not score: the host's choice trains, and nothing stops it from
         # taking the prefix cache (that only the board's scoring pass cannot run after):
-        # chosen again as --select auto does, priced with it (its trials cached on disk),
-        # so a configuration that fits only with the cache is not left out (the int8
-        # MobileNetV2-0.35 tail at 256K: op 62 at 1/2 plans 258 KB, 234 with the cache)
-        pc = Q8Pricer(model_path, settings, dict(board=board, cache=True, bands=bands, flash=flash))
+        # its candidates were priced with it where they need it (pr.alts: the int8
+        # MobileNetV2-0.35 tail at 256K, op 62 at 1/2 plans 258 KB, 234 with the cache),
+        # and without it where it leaves them out: chosen again priced with the cache
+        # alone, the int8 wine MLP at 116 KB lost 0:1/4 (it trains op 0, which the cache
+        # freezes; 0.917) to the classifier alone (0.648; session 29).  The choice takes
+        # the cache where it fits only with it.
         log(f'{res.get("note", "select board: the board does not score")}; chosen again with '
-            '--cache (prepare takes it below): the candidates are priced with it')
-        res = auto(pc)
-        t = res.pop('trial_runs', None)
-        if t:
-            t.close()
-        cached = True
+            '--cache where a candidate needs it (prepare takes it below), as --select auto')
+        alts, pr.alts = pr.alts, []
+        cached = not pr.fits(res['ranks'], limit)
+        pr.alts = alts
     if failed and 'failed' not in res:
         res = dict(res, failed=failed)
     for line in report(res):
