@@ -1321,10 +1321,10 @@ def test_where_the_proxy_cannot_rank_every_layers_biases_count_as_shallow(tmp_pa
     every layer's biases tied with the last BatchNorm and the classifier where the proxy
     could not rank, and the shallowest, counted from the first op anything trains in,
     took the BatchNorm or the classifier alone: 1.1-2.2 points under the biases on 4 of
-    10 splits; the biases tested over the BatchNorm on all 10): an op whose bias alone trains does not count in the depth
-    (DEPTH_W), so of every layer's biases (the classifier the first op whose weights
-    train) and the layer before the classifier whole, tied, the biases train; and on the
-    longer trials' tie (SETTLE) alike."""
+    10 splits; the biases tested over the BatchNorm on all 10): an op whose bias alone
+    trains does not count in the depth (DEPTH_W), so of every layer's biases (the
+    classifier the first op whose weights train) and the layer before the classifier
+    whole, tied, the biases train; and on the longer trials' tie (SETTLE) alike."""
     from host_tools.prepare import select as sl
     cands = layers(read_model(CNN))
     cls = cands[-1][0]
