@@ -54,6 +54,11 @@ Held out from every rule up to session 27:
             on 300 of sklearn's breast_cancer samples; tasks on the other 269 (120 train):
             recalibrated (each feature through a gain of 0.5-2, an offset, noise) and
             dropped (the ten "worst" features not measured, the "error" ones noisy)
+Held out from every rule up to session 28:
+  wine8     an MLP on sklearn's wine (13 -> 32 -BN-ReLU -> 16 -ReLU -> 3), pre-trained on 70
+            samples of two of its three cultivars, as a full-integer int8 model (prepare --int8's
+            calibrated on its pre-training samples: every run and selection int8); task
+            new-cultivar: the other 108 samples (the third cultivar's 48 all new), 54 / 54
 Made outside the project (not in the default --models; --heldout DIR holds the files):
   sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
             max pooled and concatenated, an FC without bias, softmax) and its 400 samples
@@ -864,6 +869,74 @@ def tab_task_data(name, n):
 TAB_TRAIN = 120
 
 
+def _wine():
+    """sklearn's wine (the wheel's csv: 178 samples of 13 chemical measurements, three
+    cultivars), shuffled (seed 0) and standardised with the pre-training part's
+    statistics: (x, y, the pre-training samples' mask: cultivars 0 and 1, 70 of them)."""
+    from sklearn.datasets import load_wine
+    d = load_wine()
+    pick = np.random.default_rng(0).permutation(len(d.target))
+    x, y = d.data[pick].astype(np.float64), d.target[pick].astype(np.int64)
+    pre = np.zeros(len(y), bool)
+    pre[np.flatnonzero(y < 2)[:WINE_PRE]] = True
+    mu, sd = x[pre].mean(0), x[pre].std(0) + 1e-9
+    return ((x - mu) / sd).astype(np.float32), y, pre
+
+
+WINE_PRE = 70       # wine samples (cultivars 0 and 1) the wine MLP pre-trains on
+
+
+def wine_circle():
+    """An MLP on sklearn's wine (issue 28, session 29: held out; trained as int8 in the
+    bench, prepare --int8, as `wine8`): 13 -> 32 -BN-ReLU -> 16 -ReLU -> 3, pre-trained on
+    WINE_PRE samples of the cultivars 0 and 1 only (seeded, cached)."""
+    path = os.path.join(TMP, 'wine.circle')
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = nn.Sequential(nn.Linear(13, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 16),
+                      nn.ReLU(), nn.Linear(16, 3))
+    x, y, pre = _wine()
+    m = make_tico.pretrain(m, x[pre], y[pre], epochs=20, classes=3, shape=(13,))
+    return _convert(m, (1, 13), path)
+
+
+def wine8_circle():
+    """wine_circle's MLP as a full-integer int8 model (int8 weights and activations, int32
+    biases): prepare --int8's calibrated int8.circle (fromfloat.py), calibrated on the
+    pre-training samples, written once (cached) and given to every run as the model: an
+    int8 model trains as int8, and its selections run the int8 trials (choose_q8)."""
+    path = os.path.join(TMP, 'wine8.circle')
+    if os.path.exists(path):
+        return path
+    x, y, pre = _wine()
+    data = os.path.join(TMP, 'wine-pre.npz')
+    savez(data, x=np.ascontiguousarray(x[pre]), y=y[pre])
+    out = tempfile.mkdtemp(prefix='utrain-wine8-')
+    prepare(wine_circle(), out, data=data, int8=True, train='last:1', log=lambda *a: None,
+            **SETTINGS)
+    shutil.copyfile(os.path.join(out, 'int8.circle'), path)
+    shutil.rmtree(out, ignore_errors=True)
+    return path
+
+
+def wine_task_data(name, n):
+    """(npz path, test split) of the wine MLP's task: new-cultivar, the 108 samples it was
+    not pre-trained on (the third cultivar's 48 all new), 54 train, 54 held out (two
+    points are one sample); n is not used."""
+    x, y, pre = _wine()
+    x, y = x[~pre], y[~pre]
+    pick = np.random.default_rng(5).permutation(len(y))
+    path = os.path.join(TMP, 'wine-%s.npz' % name)
+    savez(path, x=np.ascontiguousarray(x[pick]), y=y[pick])
+    return path, 0.5
+
+
 # Models made outside the project (issue 28: a Keras 3 export, not made by this bench),
 # read from --heldout DIR (default $UTRAIN_HELDOUT): name: (file, its samples .npz, the
 # prepare settings it differs in).  Not in the default --models (the files are not in the
@@ -951,6 +1024,8 @@ MODELS = {
     'lstm': (lstm_circle, series_seq_task_data, ('warped', 'new-classes')),
     'oc1d': (oc1d_onnx, imu_1d_task_data, ('basic-motions', 'placement')),
     'tabmlp': (tabmlp_circle, tab_task_data, ('recalibrated', 'dropped')),
+    # held out from every rule up to session 28's; wine8 trains as int8 (MODEL_KW)
+    'wine8': (wine8_circle, wine_task_data, ('new-cultivar',)),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),
@@ -958,6 +1033,9 @@ MODELS = {
     'ipd': (lambda: heldout_file('ipd', 0), ipd_task_data, ('italypower',)),
 }
 TUNED = ('tico-cnn', 'mbnet', 'imu')
+# prepare settings a model's every run, selection and board row takes: wine8, an int8
+# model, trains as int8 on the boards too (not --float32, the float models' board rows)
+MODEL_KW = {'wine8': dict(int8=None)}
 
 
 def hand_picked(g):
@@ -1091,7 +1169,8 @@ def one_task(job):
     quiet = lambda *x: None      # noqa: E731
     data, test_split = MODELS[mname][1](task, n)
     kw = dict(data=data, test_split=test_split, split_seed=0, epochs=None if defaults else EPOCHS,
-              **dict(SETTINGS, **(HELDOUT[mname][2] if mname in HELDOUT else {})))
+              **dict(SETTINGS, **(HELDOUT[mname][2] if mname in HELDOUT else {}),
+                     **MODEL_KW.get(mname, {})))
     base, rows, outs = {}, [], {}
     for label, extra in picks:
         out = os.path.join(work, f'{mname}-{task}-{label.replace(":", "")}')
@@ -1114,6 +1193,7 @@ def one_task(job):
         rows.append(best_fitting(row))
         confirm(row, outs, sel, seeds, more)
     kwb = {k: v for k, v in kw.items() if k != 'batch'}     # the board's own batch
+    kwb.setdefault('int8', False)       # (float32 on a board, but a MODEL_KW int8 model)
     for board in boards:
         row = {'model': mname, 'task': task, 'hand': dict(base), 'fits': {}, 'budget': 0}
         b_outs = dict(outs)
@@ -1121,8 +1201,8 @@ def one_task(job):
         kwb.pop('dtype', None)
         for _, extra in picks:      # (the classifier's checkpoint alone may leave room
             try:                    # for the samples where a larger one's does not)
-                prepare(path, os.path.join(work, 'flash'), board=board, int8=False,
-                        log=quiet, **kwb, **extra)
+                prepare(path, os.path.join(work, 'flash'), board=board, log=quiet, **kwb,
+                        **extra)
             except PrepareError as e:   # the samples do not fit its flash: as prepare advises
                 if '--dtype uint8' in str(e):
                     kwb['dtype'] = 'uint8'
@@ -1130,7 +1210,7 @@ def one_task(job):
         for label, extra in picks:
             out = os.path.join(work, f'{mname}-{task}-{board}-{label.replace(":", "")}')
             try:
-                s = prepare(path, out, board=board, int8=False, log=quiet, **kwb, **extra)
+                s = prepare(path, out, board=board, log=quiet, **kwb, **extra)
             except PrepareError:
                 row['fits'][label] = False
                 continue

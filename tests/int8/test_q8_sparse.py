@@ -821,6 +821,62 @@ def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path, monkeyp
     assert os.path.exists(tmp_path / 'o' / 'q8t.json')       # the board's prefix cache
 
 
+def test_int8_candidates_fit_with_the_cache_prepare_chooses_for_them(tmp_path, monkeypatch):
+    """Session 29 (the held-out int8 wine MLP at 116 KB: 1:1/2 plans 122 KB, 116 with the
+    cache prepare --ranks chose for it, and was never a candidate): where the classifier
+    fits without --cache, a candidate fits where it does with it (as the float path's
+    memory options, session 28), and not under the board's scoring pass.  The pricer
+    --select auto chooses with, caught before its trials."""
+    from host_tools.prepare import select as sl
+    model, data = _model_and_classes(tmp_path, 40)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    plain, cached = sl.Q8Pricer(model, s), sl.Q8Pricer(model, s, {'cache': True})
+    two = {4: 0, 2: 0}
+    budget = (plain.price({4: 0})['heap'] + plain.price(two)['heap']) // 2
+    assert cached.price(two)['heap'] <= budget < plain.price(two)['heap']
+    got = []
+
+    def caught(*a, pricer=None, **kw):
+        got.append(pricer)
+        raise KeyboardInterrupt     # (no trials)
+    monkeypatch.setattr(sl, 'choose_auto', caught)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(model, str(tmp_path / 'o'), data=data, loss='scce', lr=0.05, epochs=1,
+                select='auto', budget=budget, log=lambda *a: None)
+    limit = lambda h: budget        # noqa: E731
+    assert got[0].fits({4: 0}, limit) and got[0].fits(two, limit)
+    assert not got[0].fits(two, limit, fisher=True)
+
+
+def test_select_board_that_cannot_score_keeps_a_choice_the_cache_would_freeze(tmp_path,
+                                                                             monkeypatch):
+    """Session 29 (the int8 wine MLP at 116 KB, --select board: the host's best, 0:1/4 and
+    the classifier, 0.917, left no room for the board's scoring pass; chosen again priced
+    with the cache alone, which freezes op 0, the classifier alone trained, 0.648): the
+    host's choice stands, priced with the cache only where it needs it.  The selection
+    stubbed (no trials): it takes ranks R wherever its pricer says R fits."""
+    from host_tools.prepare import select as sl
+    model, data = _model_and_classes(tmp_path, 40)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    R = {0: 0, 4: 0}
+    plain, cached = sl.Q8Pricer(model, s), sl.Q8Pricer(model, s, {'cache': True})
+    budget = plain.price(R)['heap'] + 1024
+    assert not cached.fits(R, lambda h: budget)
+
+    def stub(*a, pricer=None, **kw):
+        r = R if pricer.fits(R, lambda h: budget) else {4: 0}
+        return {'ranks': r, 'score': 0.9, 'classifier_only': 0.5, 'measured_gain': 0.4,
+                'predicted_gain': 0.4, 'price': pricer.price(r), 'runners_up': [],
+                'bias_gain': [], 'weight_gain': {}, 'tried': [], 'trials': 0,
+                'cached_trials': 0}
+    monkeypatch.setattr(sl, 'choose_auto', stub)
+    monkeypatch.setattr(sl, '_q8_short_list', lambda *a, **kw: None)   # (cannot score)
+    sm = prepare(model, str(tmp_path / 'o'), data=data, loss='scce', lr=0.05, epochs=1,
+                 select='board', budget=budget, log=lambda *a: None)
+    assert {int(k): v for k, v in sm['select']['ranks'].items()} == {0: 'all', 4: 'all'}
+    assert not os.path.exists(tmp_path / 'o' / 'q8t.json')      # (no prefix cache)
+
+
 def _small_scratch(monkeypatch):
     """Plans with a 64-byte weight scratch: the pointwise conv's 128 weights stream."""
     d = list(quant.plan.__defaults__)

@@ -1315,6 +1315,37 @@ def test_when_the_proxy_cannot_rank_the_shallowest_trains_whole(tmp_path, data, 
     assert {int(i): r for i, r in s['ranks'].items()} == {7: 'all', cls: 'all'}
 
 
+def test_where_the_proxy_cannot_rank_every_layers_biases_count_as_shallow(tmp_path, data,
+                                                                          monkeypatch):
+    """Issue 28, session 29 (the held-out BatchNorm MLP on breast_cancer, dropped features:
+    every layer's biases tied with the last BatchNorm and the classifier where the proxy
+    could not rank, and the shallowest, counted from the first op anything trains in,
+    took the BatchNorm or the classifier alone: 1.1-2.2 points under the biases on 4 of
+    10 splits; the biases tested over the BatchNorm on all 10): an op whose bias alone
+    trains does not count in the depth (DEPTH_W), so of every layer's biases (the
+    classifier the first op whose weights train) and the layer before the classifier
+    whole, tied, the biases train; and on the longer trials' tie (SETTLE) alike."""
+    from host_tools.prepare import select as sl
+    cands = layers(read_model(CNN))
+    cls = cands[-1][0]
+    prev = [i for i, kinds in cands if i < cls][-1]
+    biases = {**{i: 1 for i, kinds in cands if i < cls and 1 in kinds}, cls: 0}
+    assert min(biases) < prev
+    deeper = {prev: 0, cls: 0}
+    for settle in (False, True):
+        monkeypatch.setattr(sl, 'SETTLE', settle)
+
+        def score(self, ranks, fold=0):     # both +0.02; uncertain (+-0.1 a fold) or
+            if ranks in (biases, deeper):   # certain and tied within TIE (SETTLE)
+                return 0.52 + (0.0005 * (ranks == deeper) if settle else
+                               0.1 * (0, 2, -2, 1, -1)[fold % 5])
+            return 0.5 if ranks == {cls: 0} else 0.1
+        s = _auto_on(tmp_path, data, monkeypatch, score)
+        assert ('uncertain' in s) == (not settle), s
+        assert {int(i): r for i, r in s['ranks'].items()} == \
+            {i: ('all' if r == 0 else 'bias') for i, r in biases.items()}, (settle, s['ranks'])
+
+
 def test_the_tie_widens_with_the_measured_noise_of_the_difference(tmp_path, data, monkeypatch):
     """Issue 28 (the held-out conv + GRU net on ItalyPowerDemand's 67 days: full
     fine-tuning 0.005 under the choice on the proxy, inside the paired difference's
