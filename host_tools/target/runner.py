@@ -551,6 +551,13 @@ def end_advice(out_dir, text) -> str | None:
                                                          if what.startswith(n + ':')]
     if what.startswith('train.json: files.') and ' would overwrite ' in what:
         quoted = ['train.json']         # (the files named are not damaged: the names are)
+    if quoted == ['train.json'] and what.startswith('train.json: cannot read it'):
+        # (a folder, or a file this user may not read: nothing in it to change, as the
+        # advice below had said of a folder named train.json)
+        return (f'what to do: train.json in {out_dir} ' + (
+            'is a folder: move it out of the way' if '(it is a folder)' in what else
+            'cannot be read: make it readable') + ', or prepare the folder again (prepare '
+            'writes train.json)')
     if quoted == ['train.json'] and not what.startswith('train.json: not valid JSON'):
         # a setting train.json holds, or a file it names that is in the way: what the
         # board said is what to change (this had said 'train.json is damaged or missing;

@@ -101,6 +101,20 @@ def test_train_json_edited_into_another_shape_is_blamed_not_the_files_it_shows(p
         (log, advice)
 
 
+def test_a_folder_named_train_json_is_said_to_be_in_the_way(prepared, tmp_path):
+    """A folder where train.json should be: the board says it cannot read it (it is a
+    folder) and the advice had been 'change train.json as the error says', a file there
+    is none of."""
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    (d / 'train.json').unlink()
+    (d / 'train.json').mkdir()
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    advice = runner.end_advice(os.fspath(d), log)
+    assert code == 1 and 'train.json in %s is a folder: move it out of the way' % d in advice \
+        and 'change train.json' not in advice, (log, advice)
+
+
 @pytest.mark.parametrize('copied', ['train.ds', 'model.flat'])
 def test_samples_and_model_from_two_preparations_are_said_to_be(files, prepared, tmp_path,
                                                                 copied):
