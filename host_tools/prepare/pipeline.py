@@ -2114,7 +2114,11 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
 NOT_MODELS = {'.wof': 'weights', '.ckpt': 'a checkpoint', '.best': 'a best-weights record',
               '.ds': 'samples', '.flat': 'a prepared model.flat', '.json': 'settings',
               '.log': 'a log', '.csv': 'a table', '.npz': 'data', '.npy': 'data',
-              '.py': 'code', '.mpy': 'code', '.png': 'an image', '.tcfg': 'a training config'}
+              '.py': 'code', '.mpy': 'code', '.png': 'an image', '.tcfg': 'a training config',
+              '.txt': 'text', '.md': 'text', '.jpg': 'an image', '.jpeg': 'an image',
+              '.pdf': 'a document', '.svg': 'an image', '.h5': 'Keras, which export does not '
+              'write', '.keras': 'Keras, which export does not write', '.pt': 'PyTorch, which '
+              'export does not write', '.pth': 'PyTorch, which export does not write'}
 
 
 def _not_a_model(path) -> str:

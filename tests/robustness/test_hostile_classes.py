@@ -127,13 +127,15 @@ def test_export_refuses_nan_weights_and_leaves_no_model(files, runs, tmp_path):
         not out.exists()
 
 
-@pytest.mark.parametrize('target', ['other-weights', 'wof-by-another-name', 'log'])
+@pytest.mark.parametrize('target', ['other-weights', 'wof-by-another-name', 'log', 'text',
+                                    'keras'])
 def test_export_does_not_write_a_model_over_a_file_that_is_none(files, runs, tmp_path, target):
     """export -o another run's weights.wof wrote a circle model over it (export refused
-    only its own inputs)."""
+    only its own inputs); -o out.txt or model.h5 wrote a circle file by that name."""
     _, model, _ = files
     path = {'other-weights': runs[1] / 'weights.wof', 'wof-by-another-name': tmp_path / 'w.bin',
-            'log': tmp_path / 'train.log'}[target]
+            'log': tmp_path / 'train.log', 'text': tmp_path / 'out.txt',
+            'keras': tmp_path / 'model.h5'}[target]
     if target == 'wof-by-another-name':
         shutil.copy(runs[1] / 'weights.wof', path)
     before = path.read_bytes() if path.exists() else None
