@@ -1364,6 +1364,24 @@ def int8_unread(model_path, stream, backend, dtype, log):
             'model input\'s scale and zero point (they are its input as they are)')
 
 
+def refusal_with_fits(refusal, other, float32):
+    """The int8 refusal's text with the settings the float32 (float32) or dequantized plan
+    would fit with (other: that plan's refusal, its 'would fit:' lines), each with the flag
+    that keeps the run off int8: Google's KWS CNN on esp32, int8 from float chosen by
+    prepare, was refused 'nothing tried fits ... a board with more heap holds it' while
+    --float32 --train last:4 --cache-on-host fits (92 KB; the float plan had said so, and
+    its lines were dropped).  'nothing tried fits' then says it is int8's.  Returns (the
+    refusal's text, ['would fit: FLAG ...' lines])"""
+    fits = [a.strip() for a in str(other).split('\n') if a.strip().startswith('would fit:')]
+    if not fits:
+        return str(refusal), []
+    flag = '--float32' if float32 else '--dequantize'
+    lines = [('  as int8, nothing tried fits' + a[len('  nothing tried fits'):])
+             if a.startswith('  nothing tried fits') else a for a in str(refusal).split('\n')]
+    return '\n'.join(lines), [f'would fit: {flag} ' + a[len('would fit:'):].strip()
+                               for a in fits]
+
+
 def dequantized_instead(call, refusal, float32=False):
     """prepare(**call) again in float32, for a run the int8 heap plan refused with any
     settings (refusal, quant.HeapRefusal): an int8 model dequantized (an RNN's int8 layer
@@ -1381,8 +1399,10 @@ def dequantized_instead(call, refusal, float32=False):
         why = str(e).split('\n')[0].split(': ', 1)[-1]
         if 'the whole run plans about' in why:      # (runfolder.budget_short's: its need)
             why = 'the whole run plans about ' + why.split('the whole run plans about ')[1]
-        raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
-                                               'dequantized (--dequantize), ') + why) from None
+        text, fits = refusal_with_fits(refusal, e, float32)
+        raise PrepareError(f'{text}\n  ' + ('in float32 (--float32), ' if float32 else
+                                            'dequantized (--dequantize), ') + why
+                           + ''.join('\n  ' + f for f in fits)) from None
     advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
     # (why int8 is so large, either way: an int8 GRU file on an rp2040 trained dequantized
     # saying only 'needs about 465 KB'; its 363 layers, a loop unrolled, are 274 KB of it)
