@@ -504,9 +504,41 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
         short = budget_short(model_path, budget, heap, limit, advice)
         if short:
             raise PrepareError(short)
+    flash, frozen = flash_alone(model_path, board)
+    if flash:           # (no setting the advice names fits the board's flash; with utrain
+        #                  frozen into the firmware its code is off the file system)
+        advice = '\n'.join(a for a in advice.split('\n') if not a.strip().startswith(
+            'would fit:') or frozen and 'utrain frozen in' in a) + '\n' + flash
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
                        + limit_source(board, prof) + '.\n' + advice)
+
+
+def flash_alone(model_path, board):
+    """'  ...' saying that the model file and utrain's code alone overflow board's flash
+    file system (boards.json flash_fs, littlefs blocks as runfolder.check_flash reckons
+    them), so that no heap setting trains it there, '' where they fit; and whether the
+    model alone fits (a firmware with utrain frozen in).  A heap refusal
+    had advised Keras's 1.2 MB hard-disk MLP (ONNX) on --board pico '--batch 1 --train
+    last:2 (about 117 KB)', and prepare given those flags refused: 'the model and code
+    alone take about 1582 KB, more than the 1408K file system of rp2040'."""
+    from ..target.runner import boards, on_flash, size_bytes
+    from ..plan.memory import mpy_sizes
+    fs = boards().get(board, {}).get('flash_fs') if board else None
+    if not fs:
+        return '', False
+    size = os.path.getsize(model_path)
+    need = on_flash([size] + list(mpy_sizes().values()) + [4096], board)
+    if need <= size_bytes(fs):
+        return '', False
+    frozen = on_flash([size, 4096], board) <= size_bytes(fs)
+    more = [f'{b} ({p["flash_fs"]})' for b, p in boards().items()
+            if p.get('flash_fs') and size_bytes(p['flash_fs']) >= need]
+    return (f'  no setting fits {board}'
+            + ' with utrain\'s code on its file system' * frozen
+            + f': the model and code alone take about {need // 1024} KB '
+            f'of flash, more than its {fs} file system' + (
+                f'; a board with more flash: {", ".join(more)}' if more else '')), frozen
 
 
 def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None,

@@ -245,3 +245,23 @@ def test_int8_nothing_fits_names_what_is_over_the_budget():
     small = {'total': 140 * K, 'parts': {'code': 58 * K, 'interpreter': 23 * K,
                                          'activations (int8 arena)': 30 * K}}
     assert short_of(small, 100 * K) == 'the code and interpreter alone take about 81 KB'
+
+
+def test_a_heap_refusal_names_no_setting_where_the_model_overflows_the_boards_flash(tmp_path):
+    """A float model whose file and utrain's code alone overflow the board's flash file
+    system (a 1.3 MB MLP on rp2040's 1408K): the heap refusal says no setting fits that
+    board and names the boards with more flash, instead of advising '--batch 1 --train
+    last:2' that prepare, given it, refuses for flash (Keras's 1.2 MB hard-disk MLP through
+    ONNX on --board pico)."""
+    from host_tools.formats.refmodels import mlp
+    m = mlp(str(tmp_path / 'big.circle'), [640, 512, 3])
+    assert 1200 * 1024 < os.path.getsize(m) < 1408 * 1024
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((8, 640)).astype(np.float32),
+             y=rng.integers(0, 3, 8))
+    code, err, _ = says(['prepare', m, '-o', tmp_path / 'o', '--data', tmp_path / 'd.npz',
+                         '--board', 'rp2040', '--float32', '--lr', '0.01', '--epochs', '1'])
+    assert code != 0 and 'training needs about' in err, err
+    assert 'no setting fits rp2040' in err and 'rp2350 (3M)' in err, err
+    assert not [v for v in err.split('\n') if v.strip().startswith('would fit:')
+                and 'utrain frozen in' not in v], err
