@@ -35,6 +35,7 @@ from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
 from .lrprobe import probe_lr, probe_written
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
+                        float_bytes,
                         int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
                         write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
@@ -504,7 +505,7 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
         short = budget_short(model_path, budget, heap, limit, advice)
         if short:
             raise PrepareError(short)
-    flash, frozen = flash_alone(model_path, board)
+    flash, frozen = flash_alone(model_path, board, source)
     if flash:           # (no setting the advice names fits the board's flash; with utrain
         #                  frozen into the firmware its code is off the file system)
         advice = '\n'.join(a for a in advice.split('\n') if not a.strip().startswith(
@@ -514,7 +515,7 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
                        + limit_source(board, prof) + '.\n' + advice)
 
 
-def flash_alone(model_path, board):
+def flash_alone(model_path, board, g=None):
     """'  ...' saying that the model file and utrain's code alone overflow board's flash
     file system (boards.json flash_fs, littlefs blocks as runfolder.check_flash reckons
     them), so that no heap setting trains it there, '' where they fit; and whether the
@@ -527,7 +528,7 @@ def flash_alone(model_path, board):
     fs = boards().get(board, {}).get('flash_fs') if board else None
     if not fs:
         return '', False
-    size = os.path.getsize(model_path)
+    size = float_bytes(g, model_path) if g is not None else os.path.getsize(model_path)
     need = on_flash([size] + list(mpy_sizes().values()) + [4096], board)
     if need <= size_bytes(fs):
         return '', False
@@ -1214,7 +1215,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     writes = dict(shapes=[g.tensors[k].shape for k in p.params], optimizer=s['optimizer'],
                   momentum=s.get('momentum', 0.0))
     try:
-        check_flash(model_path, xy, dtype, board, None, writes)
+        check_flash(model_path, xy, dtype, board, float_bytes(g, model_path), writes)
     except PrepareError:
         if dtype_given or dtype != 'float32' or getattr(g, 'joined', None):
             raise
@@ -1330,7 +1331,7 @@ def bytes_fit(model_path, g, xy, board, writes, log) -> str:
     as float32, over a Pico's 1408 KB), said; else uint8's refusal (the flash advice:
     fewer samples, a board with more flash; ids uint8 cannot hold)."""
     check_ids(model_path, g, xy, 'uint8')
-    check_flash(model_path, xy, 'uint8', board, None, writes)
+    check_flash(model_path, xy, 'uint8', board, float_bytes(g, model_path), writes)
     from ..files.dataset import quantization
     scale, offset = quantization(xy[0], 'uint8')
     exact = scale == 1.0      # (integers 256 apart at most)

@@ -263,6 +263,17 @@ def int8_bytes(g) -> int:
     return int(1.2 * n) + 16384
 
 
+def float_bytes(g, model_path) -> int:
+    """What a float run of graph g stores on the board besides the samples (model.flat and
+    weights.wof): its constants as float32 (int8 ones dequantized), or the model file's
+    size where that is more.  The file's size alone had passed an ONNX model whose
+    weights lie in an external .data file (13 KB given, 1 MB on the board) and an int8
+    file trained dequantized (277 KB given, 1 MB on the board) on a Pico's 1408 KB, that
+    deploy then refused."""
+    n = sum(t.data.size * max(4, t.data.dtype.itemsize) for t in g.tensors if t.data is not None)
+    return max(os.path.getsize(model_path), n + 4096)
+
+
 def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits

@@ -265,3 +265,36 @@ def test_a_heap_refusal_names_no_setting_where_the_model_overflows_the_boards_fl
     assert 'no setting fits rp2040' in err and 'rp2350 (3M)' in err, err
     assert not [v for v in err.split('\n') if v.strip().startswith('would fit:')
                 and 'utrain frozen in' not in v], err
+
+
+def test_the_flash_check_counts_the_weights_the_board_stores_not_the_files_size(tmp_path):
+    """An ONNX model whose weights lie in an external .data file (torch.onnx's way for large
+    models: the .onnx a few KB) stores its weights on the board all the same: prepare's
+    flash check had reckoned the model at the .onnx file's size and prepared a 1.3 MB MLP
+    for rp2040's 1408K file system, which deploy then refused (a GitHub CNN, 13 KB .onnx +
+    1 MB model.onnx.data, on --board pico with the heap refusal's own advice)."""
+    onnx = pytest.importorskip('onnx')
+    from onnx import TensorProto as T, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.normal(0, 0.05, (640, 512)).astype(np.float32), 'w1')
+    w2 = numpy_helper.from_array(rng.normal(0, 0.05, (512, 3)).astype(np.float32), 'w2')
+    nodes = [helper.make_node('MatMul', ['x', 'w1'], ['h']), helper.make_node('Relu', ['h'], ['r']),
+             helper.make_node('MatMul', ['r', 'w2'], ['z']),
+             helper.make_node('Softmax', ['z'], ['y'], axis=-1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 640])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], [w1, w2])
+    m = str(tmp_path / 'm.onnx')
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), m,
+                    save_as_external_data=True, all_tensors_to_one_file=True,
+                    location='m.onnx.data', size_threshold=0)
+    assert os.path.getsize(m) < 4096
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((8, 640)).astype(np.float32),
+             y=rng.integers(0, 3, 8))
+    common = ['prepare', m, '--data', tmp_path / 'd.npz', '--board', 'rp2040', '--lr', '0.01',
+              '--epochs', '1']
+    code, err, _ = says(common + ['-o', tmp_path / 'a', '--batch', '1', '--train', 'last:2',
+                                  '--cache-on-host'])
+    assert code != 0 and 'more than the 1408K file system of rp2040' in err, err
+    assert not os.path.exists(tmp_path / 'a' / 'train.json')
+    code, err, _ = says(common + ['-o', tmp_path / 'b'])
+    assert code != 0 and 'no setting fits rp2040' in err, err
