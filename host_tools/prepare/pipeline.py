@@ -35,7 +35,7 @@ from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
 from .lrprobe import probe_lr, probe_written
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
-                        float_bytes,
+                        cut_bytes, float_bytes,
                         int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
                         write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
@@ -1213,7 +1213,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
         xy = (stored_codes(g, xy[0]), xy[1])
     writes = dict(shapes=[g.tensors[k].shape for k in p.params], optimizer=s['optimizer'],
-                  momentum=s.get('momentum', 0.0))
+                  momentum=s.get('momentum', 0.0),
+                  cut=cut_bytes(g, p.params) if cache == 'host' else 0)
     try:
         check_flash(model_path, xy, dtype, board, float_bytes(g, model_path), writes)
     except PrepareError:

@@ -298,3 +298,30 @@ def test_the_flash_check_counts_the_weights_the_board_stores_not_the_files_size(
     assert not os.path.exists(tmp_path / 'a' / 'train.json')
     code, err, _ = says(common + ['-o', tmp_path / 'b'])
     assert code != 0 and 'no setting fits rp2040' in err, err
+
+
+def test_the_flash_check_counts_the_prefix_cache_prepare_writes(tmp_path):
+    """--cache-on-host writes train.ds.pfx (the frozen prefix's float32 output, a sample's
+    cut: 8 KB for a 16x16x8 map), which the board holds beside the samples; prepare's flash
+    check had left it out and prepared 150 samples whose caches alone (1.2 MB) overflow
+    rp2040's 1408K.  Now refused, counting it, with how many samples fit; that many prepare."""
+    from host_tools.formats.refmodels import small_cnn
+    from host_tools.prepare.pipeline import prepare, PrepareError
+    m = small_cnn(str(tmp_path / 'cnn.circle'), size=32, channels=8)
+    rng = np.random.default_rng(0)
+
+    def data(n):
+        p = tmp_path / f'd{n}.npz'
+        np.savez(p, x=rng.standard_normal((n, 32, 32, 1)).astype(np.float32),
+                 y=rng.integers(0, 5, n))
+        return str(p)
+    kw = dict(board='rp2040', int8=False, cache='host', train='last:2', lr=0.01, epochs=1,
+              log=lambda *a: None)
+    with pytest.raises(PrepareError) as e:
+        prepare(m, str(tmp_path / 'a'), data=data(150), **kw)
+    msg = str(e.value)
+    assert 'the prefix cache prepare writes' in msg and 'samples fit' in msg, msg
+    n = int(msg.split('at most ')[1].split()[0])
+    assert 40 < n < 150, msg
+    s = prepare(m, str(tmp_path / 'b'), data=data(n), **kw)
+    assert s['prefix_cache']['bytes'] > 8192 * n, s.get('prefix_cache')
