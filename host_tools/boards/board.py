@@ -174,10 +174,30 @@ def label_width(d, files):
         return 1
 
 
+def board_inputs(d, files) -> list:
+    """The prepared folder d's files the board reads (files: train.json's): INPUTS, and
+    with --cache-on-host the frozen-prefix caches prepare made beside the datasets
+    (train.ds.pfx, test.ds.pfx), which the run reads instead of running the frozen layers.
+    deploy had left them behind: the board then ran the frozen layers to make them, in a
+    heap planned without them (Google's KWS CNN, --board esp32 --float32 --train last:4
+    --cache-on-host: out of memory before training at its 92 KB plan on the 32-bit build,
+    where the prepared folder trains)."""
+    out = [files[k] for k in INPUTS if files.get(k)]
+    try:
+        with open(os.path.join(d, 'train.json')) as f:
+            host = json.load(f).get('run', {}).get('cache') == 'host'
+    except (OSError, ValueError, AttributeError):
+        host = False
+    if host:
+        out += [files[k] + '.pfx' for k in ('train', 'test')
+                if files.get(k) and os.path.exists(os.path.join(d, files[k] + '.pfx'))]
+    return out
+
+
 def deploy(d, port, board=None, source=False, run=False, resume=False):
     """Copy micro/ and the prepared files of folder d onto the board at port."""
     files = _files(d)
-    inputs = [files[k] for k in INPUTS if files.get(k)]
+    inputs = board_inputs(d, files)
     for name in inputs:
         if not os.path.exists(os.path.join(d, name)):
             raise FileNotFoundError(f'{os.path.join(d, name)}: missing; run `prepare` again')

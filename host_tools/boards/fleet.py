@@ -273,7 +273,7 @@ class PyBoard:
 
     def deploy(self, staging):
         files = json.load(open(os.path.join(staging, 'train.json')))['files']
-        for n in ['train.json'] + [files[k] for k in bd.INPUTS if files.get(k)]:
+        for n in ['train.json'] + bd.board_inputs(staging, files):
             shutil.copy(os.path.join(staging, n), self.flash)
 
     def has(self, name):

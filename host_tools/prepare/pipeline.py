@@ -35,6 +35,7 @@ from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
 from .lrprobe import probe_lr, probe_written
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
+                        cut_bytes, float_bytes,
                         int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
                         write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
@@ -504,9 +505,41 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
         short = budget_short(model_path, budget, heap, limit, advice)
         if short:
             raise PrepareError(short)
+    flash, frozen = flash_alone(model_path, board, source)
+    if flash:           # (no setting the advice names fits the board's flash; with utrain
+        #                  frozen into the firmware its code is off the file system)
+        advice = '\n'.join(a for a in advice.split('\n') if not a.strip().startswith(
+            'would fit:') or frozen and 'utrain frozen in' in a) + '\n' + flash
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
                        + limit_source(board, prof) + '.\n' + advice)
+
+
+def flash_alone(model_path, board, g=None):
+    """'  ...' saying that the model file and utrain's code alone overflow board's flash
+    file system (boards.json flash_fs, littlefs blocks as runfolder.check_flash reckons
+    them), so that no heap setting trains it there, '' where they fit; and whether the
+    model alone fits (a firmware with utrain frozen in).  A heap refusal
+    had advised Keras's 1.2 MB hard-disk MLP (ONNX) on --board pico '--batch 1 --train
+    last:2 (about 117 KB)', and prepare given those flags refused: 'the model and code
+    alone take about 1582 KB, more than the 1408K file system of rp2040'."""
+    from ..target.runner import boards, on_flash, size_bytes
+    from ..plan.memory import mpy_sizes
+    fs = boards().get(board, {}).get('flash_fs') if board else None
+    if not fs:
+        return '', False
+    size = float_bytes(g, model_path) if g is not None else os.path.getsize(model_path)
+    need = on_flash([size] + list(mpy_sizes().values()) + [4096], board)
+    if need <= size_bytes(fs):
+        return '', False
+    frozen = on_flash([size, 4096], board) <= size_bytes(fs)
+    more = [f'{b} ({p["flash_fs"]})' for b, p in boards().items()
+            if p.get('flash_fs') and size_bytes(p['flash_fs']) >= need]
+    return (f'  no setting fits {board}'
+            + ' with utrain\'s code on its file system' * frozen
+            + f': the model and code alone take about {need // 1024} KB '
+            f'of flash, more than its {fs} file system' + (
+                f'; a board with more flash: {", ".join(more)}' if more else '')), frozen
 
 
 def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None,
@@ -1180,9 +1213,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
         xy = (stored_codes(g, xy[0]), xy[1])
     writes = dict(shapes=[g.tensors[k].shape for k in p.params], optimizer=s['optimizer'],
-                  momentum=s.get('momentum', 0.0))
+                  momentum=s.get('momentum', 0.0),
+                  cut=cut_bytes(g, p.params) if cache == 'host' else 0)
     try:
-        check_flash(model_path, xy, dtype, board, None, writes)
+        check_flash(model_path, xy, dtype, board, float_bytes(g, model_path), writes)
     except PrepareError:
         if dtype_given or dtype != 'float32' or getattr(g, 'joined', None):
             raise
@@ -1298,7 +1332,7 @@ def bytes_fit(model_path, g, xy, board, writes, log) -> str:
     as float32, over a Pico's 1408 KB), said; else uint8's refusal (the flash advice:
     fewer samples, a board with more flash; ids uint8 cannot hold)."""
     check_ids(model_path, g, xy, 'uint8')
-    check_flash(model_path, xy, 'uint8', board, None, writes)
+    check_flash(model_path, xy, 'uint8', board, float_bytes(g, model_path), writes)
     from ..files.dataset import quantization
     scale, offset = quantization(xy[0], 'uint8')
     exact = scale == 1.0      # (integers 256 apart at most)
@@ -1364,6 +1398,24 @@ def int8_unread(model_path, stream, backend, dtype, log):
             'model input\'s scale and zero point (they are its input as they are)')
 
 
+def refusal_with_fits(refusal, other, float32):
+    """The int8 refusal's text with the settings the float32 (float32) or dequantized plan
+    would fit with (other: that plan's refusal, its 'would fit:' lines), each with the flag
+    that keeps the run off int8: Google's KWS CNN on esp32, int8 from float chosen by
+    prepare, was refused 'nothing tried fits ... a board with more heap holds it' while
+    --float32 --train last:4 --cache-on-host fits (92 KB; the float plan had said so, and
+    its lines were dropped).  'nothing tried fits' then says it is int8's.  Returns (the
+    refusal's text, ['would fit: FLAG ...' lines])"""
+    fits = [a.strip() for a in str(other).split('\n') if a.strip().startswith('would fit:')]
+    if not fits:
+        return str(refusal), []
+    flag = '--float32' if float32 else '--dequantize'
+    lines = [('  as int8, nothing tried fits' + a[len('  nothing tried fits'):])
+             if a.startswith('  nothing tried fits') else a for a in str(refusal).split('\n')]
+    return '\n'.join(lines), [f'would fit: {flag} ' + a[len('would fit:'):].strip()
+                               for a in fits]
+
+
 def dequantized_instead(call, refusal, float32=False):
     """prepare(**call) again in float32, for a run the int8 heap plan refused with any
     settings (refusal, quant.HeapRefusal): an int8 model dequantized (an RNN's int8 layer
@@ -1381,8 +1433,10 @@ def dequantized_instead(call, refusal, float32=False):
         why = str(e).split('\n')[0].split(': ', 1)[-1]
         if 'the whole run plans about' in why:      # (runfolder.budget_short's: its need)
             why = 'the whole run plans about ' + why.split('the whole run plans about ')[1]
-        raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
-                                               'dequantized (--dequantize), ') + why) from None
+        text, fits = refusal_with_fits(refusal, e, float32)
+        raise PrepareError(f'{text}\n  ' + ('in float32 (--float32), ' if float32 else
+                                            'dequantized (--dequantize), ') + why
+                           + ''.join('\n  ' + f for f in fits)) from None
     advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
     # (why int8 is so large, either way: an int8 GRU file on an rp2040 trained dequantized
     # saying only 'needs about 465 KB'; its 363 layers, a loop unrolled, are 274 KB of it)

@@ -263,6 +263,31 @@ def int8_bytes(g) -> int:
     return int(1.2 * n) + 16384
 
 
+def float_bytes(g, model_path) -> int:
+    """What a float run of graph g stores on the board besides the samples (model.flat and
+    weights.wof): its constants as float32 (int8 ones dequantized), or the model file's
+    size where that is more.  The file's size alone had passed an ONNX model whose
+    weights lie in an external .data file (13 KB given, 1 MB on the board) and an int8
+    file trained dequantized (277 KB given, 1 MB on the board) on a Pico's 1408 KB, that
+    deploy then refused."""
+    n = sum(t.data.size * max(4, t.data.dtype.itemsize) for t in g.tensors if t.data is not None)
+    return max(os.path.getsize(model_path), n + 4096)
+
+
+def cut_bytes(g, params) -> int:
+    """Bytes a sample of a --cache-on-host prefix cache holds (utrain.prefix: the float32
+    values the frozen prefix hands the first op that trains; params: the trained tensors),
+    reckoned on graph g: the inputs without data of the ops from that one on which the
+    ops before it, or the model input, make."""
+    from ..graph.optable import SPECS
+    k = min((op.index for op in g.ops
+             if any(t in params for t in SPECS[op.name].inputs(op))), default=0)
+    made = {t for op in g.ops[:k] for t in op.outputs} | set(g.inputs)
+    cut = {t for op in g.ops[k:] for t in op.inputs
+           if t >= 0 and t in made and g.tensors[t].data is None}
+    return sum(4 * int(np.prod(g.tensors[t].shape)) for t in cut) if k else 0
+
+
 def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits
@@ -289,8 +314,12 @@ def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
         from ..target.runner import train_writes, q8_cache_bytes
         w = dict(writes)
         table = w.pop('cache', None)
+        rec = w.pop('cut', 0)
         if table is not None:
             w['cache'] = q8_cache_bytes(table, len(x), y.shape[1])
+        elif rec:           # (--cache-on-host: train.ds.pfx / test.ds.pfx, deploy copies them)
+            w['cache'] = (2 * ds.HEAD + len(x) * rec, len(x))
+            w['cache_what'] = 'the prefix cache prepare writes'
         made = train_writes(**w)
     why = flash_advice(model_path, total, board, samples, len(x), dtype, made)
     if why:

@@ -107,7 +107,8 @@ def blocks(n) -> int:
 LOG_BYTES = 4096        # train.log (a line an epoch) and a .best record: an allowance
 
 
-def train_writes(layers=None, shapes=(), optimizer='sgd', momentum=0.0, cache=(0, 0)):
+def train_writes(layers=None, shapes=(), optimizer='sgd', momentum=0.0, cache=(0, 0),
+                 cache_what='prefix cache'):
     """(bytes, what, cache bytes a sample): about what a run writes on the board's flash beside the files it is
     given, at its fullest: the checkpoint twice (utrain/wof.py saves it as .tmp beside the
     old one, then renames), trained.wof, train.log and, cache > 0, the prefix cache of that
@@ -132,7 +133,7 @@ def train_writes(layers=None, shapes=(), optimizer='sgd', momentum=0.0, cache=(0
         state += 4 * slots * n
     wof += 1024                 # (headers, the resume block, trained.wof's .q8w / .q8s)
     ckpt = wof + state
-    parts = ['checkpoint x2', 'trained.wof', 'train.log'] + (['prefix cache'] if cache[0] else [])
+    parts = ['checkpoint x2', 'trained.wof', 'train.log'] + ([cache_what] if cache[0] else [])
     made = [ckpt, ckpt, wof, LOG_BYTES] + ([cache[0]] if cache[0] else [])
     # (in whole littlefs blocks, as on_flash counts: a block more a file at the most)
     return (sum(blocks(n) for n in made), ', '.join(parts),

@@ -484,3 +484,31 @@ def test_a_damaged_dataset_header_is_named_when_deploy_counts_its_samples(tmp_pa
     (tmp_path / 'test.ds').write_bytes(b'JUNK' + bytes(60))
     with pytest.raises(DataError, match='test.ds: not a utrain dataset'):
         sample_files(str(tmp_path), {'train': 'train.ds', 'test': 'test.ds'})
+
+
+def test_deploy_copies_the_prefix_caches_prepare_made_on_the_host(tmp_path, monkeypatch):
+    """--cache-on-host: prepare writes train.ds.pfx / test.ds.pfx, which the board reads
+    instead of running the frozen layers, and plans the heap without those layers.  deploy
+    had copied model, weights and samples only: the board ran the frozen layers to make the
+    caches again (Google's KWS CNN, --board esp32 --train last:4 --cache-on-host, out of
+    memory before training at its own plan on the 32-bit build).  They go with the folder,
+    counted in deploy's flash check."""
+    out = str(tmp_path / 'run')
+    prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=24), loss='scce',
+            epochs=1, train='last:2', cache='host', test_split=0.25, lr=0.01,
+            log=lambda *a: None)
+    made = sorted(f for f in os.listdir(out) if f.endswith('.pfx'))
+    assert made == ['test.ds.pfx', 'train.ds.pfx'], os.listdir(out)
+    copied, seen = [], []
+    real = board.flash_advice
+    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
+    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: copied.extend(a))
+    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
+    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
+    board.deploy(out, 'nowhere', board='big', source=True)
+    assert 'train.ds.pfx' in copied and 'test.ds.pfx' in copied, copied
+    files = [f for f in os.listdir(out) if f in ('model.flat', 'weights.wof', 'train.ds',
+                                                 'test.ds', 'train.py', 'train.json') or
+             f.endswith('.pfx')]
+    assert seen[-1][1] >= sum(os.path.getsize(os.path.join(out, f)) for f in files)

@@ -938,3 +938,35 @@ def test_a_pruned_channel_keeps_its_bias_in_int32(tmp_path):
     scale = np.asarray(b.quant['scale'], np.float64)
     got = b.data.astype(np.float64) * scale
     assert np.abs(b.data).max() < 2 ** 30 and np.all(np.abs(got - bc) <= 0.51 * scale), got
+
+
+def test_prepares_own_int8_choice_refused_names_what_fits_in_float32(tmp_path):
+    """prepare's own choice of int8 refused where int8 fits with nothing tried, the float32
+    plan with some option: the refusal names those options (with --float32), and prepare
+    given them fits.  Google's KWS CNN on --board esp32 had been refused 'nothing tried
+    fits ... a board with more heap holds it' while --float32 --train last:4 --cache-on-host
+    trains in 92 KB (the float plan's advice was dropped from the message)."""
+    data = _digits(tmp_path, 24)
+    with pytest.raises(PrepareError) as e:
+        prepare(MLP, str(tmp_path / 'a'), data=data, epochs=1, board='esp32-psram', budget='60K',
+                log=lambda *a: None, **KW)
+    msg = str(e.value)
+    assert 'training as int8 needs about' in msg and '\n  in float32 (--float32)' in msg, msg
+    assert '\n  nothing tried fits' not in msg, msg     # (int8's: said as int8's)
+    fits = [v.strip() for v in msg.split('\n') if v.strip().startswith('would fit: --float32 ')]
+    assert fits, msg
+    flags = fits[0][len('would fit: '):].split('  (about')[0].split()
+    kb = int(fits[0].split('(about ')[1].split(' KB')[0])
+    kw = dict(KW, int8=False)
+    for f, v in zip(flags, flags[1:] + ['']):
+        if f == '--backend':
+            kw['backend'] = v
+        elif f == '--stream':
+            kw['stream'] = True
+        elif f == '--cache-on-host':
+            kw['cache'] = 'host'
+        elif f == '--train':
+            kw['train'] = v
+    s = prepare(MLP, str(tmp_path / 'b'), data=data, epochs=1, board='esp32-psram', budget='60K',
+                log=lambda *a: None, **kw)
+    assert s['heap']['total'] // 1024 == kb and s['heap']['total'] <= 60 * 1024, (fits, s['heap'])

@@ -245,3 +245,83 @@ def test_int8_nothing_fits_names_what_is_over_the_budget():
     small = {'total': 140 * K, 'parts': {'code': 58 * K, 'interpreter': 23 * K,
                                          'activations (int8 arena)': 30 * K}}
     assert short_of(small, 100 * K) == 'the code and interpreter alone take about 81 KB'
+
+
+def test_a_heap_refusal_names_no_setting_where_the_model_overflows_the_boards_flash(tmp_path):
+    """A float model whose file and utrain's code alone overflow the board's flash file
+    system (a 1.3 MB MLP on rp2040's 1408K): the heap refusal says no setting fits that
+    board and names the boards with more flash, instead of advising '--batch 1 --train
+    last:2' that prepare, given it, refuses for flash (Keras's 1.2 MB hard-disk MLP through
+    ONNX on --board pico)."""
+    from host_tools.formats.refmodels import mlp
+    m = mlp(str(tmp_path / 'big.circle'), [640, 512, 3])
+    assert 1200 * 1024 < os.path.getsize(m) < 1408 * 1024
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((8, 640)).astype(np.float32),
+             y=rng.integers(0, 3, 8))
+    code, err, _ = says(['prepare', m, '-o', tmp_path / 'o', '--data', tmp_path / 'd.npz',
+                         '--board', 'rp2040', '--float32', '--lr', '0.01', '--epochs', '1'])
+    assert code != 0 and 'training needs about' in err, err
+    assert 'no setting fits rp2040' in err and 'rp2350 (3M)' in err, err
+    assert not [v for v in err.split('\n') if v.strip().startswith('would fit:')
+                and 'utrain frozen in' not in v], err
+
+
+def test_the_flash_check_counts_the_weights_the_board_stores_not_the_files_size(tmp_path):
+    """An ONNX model whose weights lie in an external .data file (torch.onnx's way for large
+    models: the .onnx a few KB) stores its weights on the board all the same: prepare's
+    flash check had reckoned the model at the .onnx file's size and prepared a 1.3 MB MLP
+    for rp2040's 1408K file system, which deploy then refused (a GitHub CNN, 13 KB .onnx +
+    1 MB model.onnx.data, on --board pico with the heap refusal's own advice)."""
+    onnx = pytest.importorskip('onnx')
+    from onnx import TensorProto as T, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.normal(0, 0.05, (640, 512)).astype(np.float32), 'w1')
+    w2 = numpy_helper.from_array(rng.normal(0, 0.05, (512, 3)).astype(np.float32), 'w2')
+    nodes = [helper.make_node('MatMul', ['x', 'w1'], ['h']), helper.make_node('Relu', ['h'], ['r']),
+             helper.make_node('MatMul', ['r', 'w2'], ['z']),
+             helper.make_node('Softmax', ['z'], ['y'], axis=-1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 640])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], [w1, w2])
+    m = str(tmp_path / 'm.onnx')
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), m,
+                    save_as_external_data=True, all_tensors_to_one_file=True,
+                    location='m.onnx.data', size_threshold=0)
+    assert os.path.getsize(m) < 4096
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((8, 640)).astype(np.float32),
+             y=rng.integers(0, 3, 8))
+    common = ['prepare', m, '--data', tmp_path / 'd.npz', '--board', 'rp2040', '--lr', '0.01',
+              '--epochs', '1']
+    code, err, _ = says(common + ['-o', tmp_path / 'a', '--batch', '1', '--train', 'last:2',
+                                  '--cache-on-host'])
+    assert code != 0 and 'more than the 1408K file system of rp2040' in err, err
+    assert not os.path.exists(tmp_path / 'a' / 'train.json')
+    code, err, _ = says(common + ['-o', tmp_path / 'b'])
+    assert code != 0 and 'no setting fits rp2040' in err, err
+
+
+def test_the_flash_check_counts_the_prefix_cache_prepare_writes(tmp_path):
+    """--cache-on-host writes train.ds.pfx (the frozen prefix's float32 output, a sample's
+    cut: 8 KB for a 16x16x8 map), which the board holds beside the samples; prepare's flash
+    check had left it out and prepared 150 samples whose caches alone (1.2 MB) overflow
+    rp2040's 1408K.  Now refused, counting it, with how many samples fit; that many prepare."""
+    from host_tools.formats.refmodels import small_cnn
+    from host_tools.prepare.pipeline import prepare, PrepareError
+    m = small_cnn(str(tmp_path / 'cnn.circle'), size=32, channels=8)
+    rng = np.random.default_rng(0)
+
+    def data(n):
+        p = tmp_path / f'd{n}.npz'
+        np.savez(p, x=rng.standard_normal((n, 32, 32, 1)).astype(np.float32),
+                 y=rng.integers(0, 5, n))
+        return str(p)
+    kw = dict(board='rp2040', int8=False, cache='host', train='last:2', lr=0.01, epochs=1,
+              log=lambda *a: None)
+    with pytest.raises(PrepareError) as e:
+        prepare(m, str(tmp_path / 'a'), data=data(150), **kw)
+    msg = str(e.value)
+    assert 'the prefix cache prepare writes' in msg and 'samples fit' in msg, msg
+    n = int(msg.split('at most ')[1].split()[0])
+    assert 40 < n < 150, msg
+    s = prepare(m, str(tmp_path / 'b'), data=data(n), **kw)
+    assert s['prefix_cache']['bytes'] > 8192 * n, s.get('prefix_cache')
