@@ -2092,6 +2092,51 @@ def test_the_fallback_depthwise_forward_makes_no_input_sized_array(tmp_path, mon
     assert not trains_in(out, int(plan / 1.3)), f'the plan ({plan} B) is over 1.3x the need'
 
 
+def test_gc_every_is_the_models_not_the_plans(tmp_path):
+    """run.gc_every follows the model alone (memory.gc_bytes: 1/8 of its largest
+    activation, on a 512 B grid, at least 2 KB): _dws1d trained whole and its last two
+    ops streamed have plans 60 KB apart and collect alike.  It had been 1/32 of the plan,
+    and the need followed it byte for byte (session 29: _dws1d's streamed need on the
+    32-bit fallback went between 118 and 133 KB over gc_every 1-9 KB)."""
+    model = _dws1d(str(tmp_path / 'm.circle'))
+    rng = np.random.default_rng(3)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((4, 1, 64, 4)).astype(np.float32),
+             y=rng.integers(0, 6, 4))
+    got = []
+    for i, kw in enumerate((dict(train='all'), dict(train='last:2', stream=True))):
+        out = str(tmp_path / str(i))
+        s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                    log=lambda *a: None, optimizer='sgd', batch=1, **kw)
+        with open(os.path.join(out, 'train.json')) as f:
+            got.append((s['heap']['total'], json.load(f)['run']['gc_every']))
+    (p1, g1), (p2, g2) = got
+    assert p1 - p2 > 32 * 1024
+    assert g1 == g2 == 3 * 1024, got       # (its largest activation: 64 x 96 floats, 24 KB)
+
+
+def test_the_need_stays_as_gc_every_moves(tmp_path, monkeypatch):
+    """The run collects at op boundaries too, once the outputs made reach gc_every's bytes
+    (utrain/model.py), so that the smallest heap that trains is the model's, not where a
+    count of bytes happened to fall.  _dws1d's last two ops streamed on the 32-bit
+    fallback: its need went 118.4, 126.7, 118.4, 126.7, 127.6 KB at gc_every 1.5, 2, 3,
+    3.5, 4 KB on main (and 127.1 KB at the plan's 4717 B); 118.6-120 KB at each of them
+    with the op-boundary collections (session 29), so all train in 123 KB."""
+    plan, out = _dws1d_on_32bit(tmp_path, monkeypatch, optimizer='sgd', batch=1, train='last:2',
+                                stream=True)
+    path = os.path.join(out, 'train.json')
+    with open(path) as f:
+        cfg = json.load(f)
+    failed = []
+    for every in (2048, 3584, 4096, 4608):
+        cfg['run']['gc_every'] = every
+        with open(path, 'w') as f:
+            json.dump(cfg, f)
+        if not trains_in(out, 123 * 1024):
+            failed.append(every)
+    assert not failed, f'does not train in 123 KB at gc_every {failed}'
+
+
 def test_the_arena_lays_arrays_out_first_fit_and_merges_freed_neighbours():
     """memory.Arena: each array's data at the lowest address a free run takes it (its
     header made apart), a freed array merged with free neighbours; fresh() the free
