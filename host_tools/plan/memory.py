@@ -1238,19 +1238,20 @@ def gc_every(g, planned) -> int:
 
 
 def gc_bytes(g) -> int:
-    """train.json's run.gc_every where the run collects (gc_every): a quarter of the
-    model's largest activation, on a 1 KB grid, at least 4 KB: the model's alone, so that
-    a plan-only change (a part, the code's size, another board) leaves the run's
+    """train.json's run.gc_every where the run collects (gc_every): an eighth of the
+    model's largest activation, on a 1 KB grid, at least 4 KB: the model's alone, so
+    that a plan-only change (a part, the code's size, another board) leaves the run's
     collections where they were.  It had been 1/32 of the plan, and the need followed
     it byte for byte: a streamed 1-D depthwise net's need on 32-bit ulab went between
     130 and 165 KB as gc_every went over 1-12 KB in 256 B steps (docs/memory.md, session
     29).  The device collects at op boundaries too, once the outputs made reach these
     bytes (utrain/model.py); with them that need was 128-133 KB at every gc_every up to
-    8 KB and rose above it (its largest activation is 24 KB: a quarter is 6 KB).  Not
-    smaller: the digits CNN (2 KB activations) at 2 KB took 1.8x the CPU time of its
-    3.9 KB on 64-bit unix; at 4 KB, as before."""
+    8 KB (its largest activation is 24 KB), and the concat-skip net's at SGD b1 191-193
+    KB at 2-4 KB, 197-213 KB at 5-8 KB (20 KB).  Not smaller: the digits CNN (2 KB
+    activations) at 2 KB took 1.8x the CPU time of its 3.9 KB on 64-bit unix; at 4 KB,
+    as before."""
     big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
-    return max(4096, big // 1024 * 1024)       # (big floats: 4 * big bytes / 4)
+    return max(4096, big // 2 // 1024 * 1024)       # (big floats: 4 * big bytes / 8)
 
 
 def biases_only(train, ranks, with_params, biased):

@@ -2112,7 +2112,7 @@ def test_gc_every_is_the_models_not_the_plans(tmp_path):
             got.append((s['heap']['total'], json.load(f)['run']['gc_every']))
     (p1, g1), (p2, g2) = got
     assert p1 - p2 > 32 * 1024
-    assert g1 == g2 == 6 * 1024, got       # (its largest activation: 64 x 96 floats, 24 KB)
+    assert g1 == g2 == 4 * 1024, got       # (its largest activation: 64 x 96 floats, 24 KB)
 
 
 def test_the_need_stays_as_gc_every_moves(tmp_path, monkeypatch):
@@ -2122,7 +2122,7 @@ def test_the_need_stays_as_gc_every_moves(tmp_path, monkeypatch):
     fallback: its need went 118.4, 126.7, 118.4, 126.7, 127.6 KB at gc_every 1.5, 2, 3,
     3.5, 4 KB on main (and 127.1 KB at the plan's 4717 B); 118.6-120 KB at each of them
     with the op-boundary collections (session 29), so all train in 123 KB.  (Its own
-    gc_every is 6 KB: gc_bytes.)"""
+    gc_every is 4 KB: gc_bytes.)"""
     plan, out = _dws1d_on_32bit(tmp_path, monkeypatch, optimizer='sgd', batch=1, train='last:2',
                                 stream=True)
     path = os.path.join(out, 'train.json')
