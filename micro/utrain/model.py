@@ -7,14 +7,9 @@ from utrain.xnp import zeros, readinto
 from utrain import drop  # noqa: F401  (utrain.model.drop: trainer, prefix)
 import gc
 
-# gc.threshold (MicroPython; None on CPython): training's bytes between collections
-# (run.gc_every), read as each pass begins
-_thr = getattr(gc, 'threshold', None)
-
-
-def _every():
-    n = _thr() if _thr else -1
-    return n if n > 0 else 0
+# gc.threshold() (MicroPython): training's bytes between collections (run.gc_every), -1
+# when none; CPython has none (int() is 0)
+_thr = getattr(gc, 'threshold', int)
 
 
 class Net:
@@ -65,14 +60,13 @@ class Net:
         free = self.free_train if train else self.free_infer
         ops, mods, st, bands = self.ops, self.mods, self.stream, self.bands
         i, hi = lo, len(ops) if hi is None else hi
-        # Collected at op boundaries too: once the outputs made since the last collection
-        # reach gc_every's bytes, before the next op runs.  A threshold alone collects
-        # wherever the step's count of bytes falls, which moves with gc_every byte for byte:
+        # Collected at op boundaries too: before an op, once the outputs of the ops since
+        # the last collection (its own counted) reach gc_every's bytes.  A threshold alone
+        # collects wherever the step's count of bytes falls, which moves with gc_every:
         # the smallest heap that trained a streamed 1-D depthwise net on 32-bit ulab went
         # from 130 to 165 KB and back as gc_every went over 1-12 KB (docs/memory.md,
         # session 29); collected here, it was 128-133 KB at every gc_every up to 8 KB.
-        every, made = _every(), 0
-        shape = self.shape
+        every, made, shape = max(_thr(), 0), 0, self.shape
         while i < hi:
             if bands and i in bands:    # a frozen chain a few rows at a time
                 from utrain.bands import run
@@ -114,7 +108,6 @@ class Net:
         g[self.sk] = dy
         ops, mods, st = self.ops, self.mods, self.stream
         bwd = self.bwd
-        every, made, shape = _every(), 0, self.shape      # (collected as forward is)
         for j in range(self.head, len(bwd)):
             oi, fl = bwd[j]
             op = ops[oi]
@@ -124,12 +117,6 @@ class Net:
             if d is not None or len(outs) > 1 and any(k in g for k in outs):
                 if st:
                     st.fetch(oi)
-                if every:
-                    r, c = shape[outs[0]]
-                    made += r * c << 2
-                    if made >= every:
-                        gc.collect()
-                        made = 0
                 mods[oi].backward(self, op, d, fl)
                 if st:
                     st.drop(oi)
