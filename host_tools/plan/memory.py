@@ -398,15 +398,16 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     # large holds only those it has live at once (spec.fwd_live); planned again with them
     # (the plan and its gc_every only fall, so those ops stay at least that large)
     from ..graph.optable import SPECS
-    if collect and any(SPECS[op.name].fwd_live and r.A(r.size[op.outputs[0]]) >= total // collect
+    every = gc_bytes(g) if collect else 0
+    if collect and any(SPECS[op.name].fwd_live and r.A(r.size[op.outputs[0]]) >= every
                        for op in g.ops[r.start:]):
-        r.every = total // collect
+        r.every = every
         parts, collect, peak_at = per_sample(r, held)
         total = int(sum(parts.values()))
-    # train.json's run.gc_every is bytes: 1/collect of this plan, the same in every heap
-    # the run is given (utrain/run.py gc_every)
+    # train.json's run.gc_every is bytes (gc_bytes: the model's, not this plan's), the
+    # same in every heap the run is given (utrain/run.py gc_every, utrain/model.py)
     out = {'total': total, 'parts': parts, 'backend': backend, 'target': t['name'],
-           'gc_every': total // collect if collect else 0, 'peak_op': peak_at, 'largest': r.largest,
+           'gc_every': every, 'peak_op': peak_at, 'largest': r.largest,
            'steps': r.steps}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
@@ -1234,6 +1235,23 @@ def gc_every(g, planned) -> int:
     # ... or when a step makes many arrays (16 ops or more): the zoo's LayerNorm+GELU
     # block (24 ops, 1 KB activations) needed 150 KB without collections, 130 with
     return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
+
+
+def gc_bytes(g) -> int:
+    """train.json's run.gc_every where the run collects (gc_every): an eighth of the
+    model's largest activation, on a 1 KB grid, at least 4 KB: the model's alone, so
+    that a plan-only change (a part, the code's size, another board) leaves the run's
+    collections where they were.  It had been 1/32 of the plan, and the need followed
+    it byte for byte: a streamed 1-D depthwise net's need on 32-bit ulab went between
+    130 and 165 KB as gc_every went over 1-12 KB in 256 B steps (docs/memory.md, session
+    29).  The device collects at op boundaries too, once the outputs made reach these
+    bytes (utrain/model.py); with them that need was 128-133 KB at every gc_every up to
+    8 KB (its largest activation is 24 KB), and the concat-skip net's at SGD b1 191-193
+    KB at 2-4 KB, 197-213 KB at 5-8 KB (20 KB).  Not smaller: the digits CNN (2 KB
+    activations) at 2 KB took 1.8x the CPU time of its 3.9 KB on 64-bit unix; at 4 KB,
+    as before."""
+    big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
+    return max(4096, big // 2 // 1024 * 1024)       # (big floats: 4 * big bytes / 8)
 
 
 def biases_only(train, ranks, with_params, biased):

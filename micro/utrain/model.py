@@ -5,6 +5,11 @@
 # needs them (utrain.stream).
 from utrain.xnp import zeros, readinto
 from utrain import drop  # noqa: F401  (utrain.model.drop: trainer, prefix)
+import gc
+
+# gc.threshold() (MicroPython): training's bytes between collections (run.gc_every), -1
+# when none; CPython has none (int() is 0)
+_thr = getattr(gc, 'threshold', int)
 
 
 class Net:
@@ -55,6 +60,13 @@ class Net:
         free = self.free_train if train else self.free_infer
         ops, mods, st, bands = self.ops, self.mods, self.stream, self.bands
         i, hi = lo, len(ops) if hi is None else hi
+        # Collected at op boundaries too: before an op, once the outputs of the ops since
+        # the last collection (its own counted) reach gc_every's bytes.  A threshold alone
+        # collects wherever the step's count of bytes falls, which moves with gc_every:
+        # the smallest heap that trained a streamed 1-D depthwise net on 32-bit ulab went
+        # from 130 to 165 KB and back as gc_every went over 1-12 KB (docs/memory.md,
+        # session 29); collected here, it was 128-133 KB at every gc_every up to 8 KB.
+        every, made, shape = max(_thr(), 0), 0, self.shape
         while i < hi:
             if bands and i in bands:    # a frozen chain a few rows at a time
                 from utrain.bands import run
@@ -63,7 +75,14 @@ class Net:
             if st:
                 st.fetch(i)
             # the last sample's output goes before this one's is made (not beside it)
-            t[ops[i][2][0]] = None
+            o = ops[i][2][0]
+            t[o] = None
+            if every:
+                r, c = shape[o]
+                made += r * c << 2
+                if made >= every:
+                    gc.collect()
+                    made = 0
             self.dead = free[i]
             mods[i].forward(self, ops[i])
             if st:

@@ -333,8 +333,9 @@ def gc_every(n):
     # out alike in all of them and makes the smallest heap that trains the edge above
     # which all train (a share of the heap moved them with its size: that CNN trained
     # in 96 and 102 KB but not in 98 or 100).  train.json's run.gc_every sets n: prepare
-    # writes 1/32 of the planned heap where activations are large next to it, else 0
-    # (docs/memory.md).  The Trainer sets its own while it loads the model.  (Below 1024,
+    # writes the model's (an eighth of its largest activation, at least 4 KB) where
+    # activations are large next to the plan, else 0; utrain.model collects at op
+    # boundaries too, once the outputs made reach n (docs/memory.md).  The Trainer sets its own while it loads the model.  (Below 1024,
     # a folder prepared before: utrain.config makes it the bytes it was.)
     try:
         gc.threshold(n or -1)
