@@ -335,8 +335,9 @@ def gc_every(n):
     # in 96 and 102 KB but not in 98 or 100).  train.json's run.gc_every sets n: prepare
     # writes the model's (an eighth of its largest activation, at least 4 KB) where
     # activations are large next to the plan, else 0; utrain.model collects at op
-    # boundaries too, once the outputs made reach n (docs/memory.md).  The Trainer sets its own while it loads the model.  (Below 1024,
-    # a folder prepared before: utrain.config makes it the bytes it was.)
+    # boundaries too, once the outputs made reach n (docs/memory.md).  The Trainer sets
+    # its own while it loads the model.  (Below 1024, a folder prepared before:
+    # utrain.config makes it the bytes it was.)
     try:
         gc.threshold(n or -1)
     except AttributeError:      # CPython
