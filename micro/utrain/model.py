@@ -66,7 +66,7 @@ class Net:
         # the smallest heap that trained a streamed 1-D depthwise net on 32-bit ulab went
         # from 130 to 165 KB and back as gc_every went over 1-12 KB (docs/memory.md,
         # session 29); collected here, it was 128-133 KB at every gc_every up to 8 KB.
-        every, made, shape = max(_thr(), 0), 0, self.shape
+        every, made, shape = _thr(), 0, self.shape
         while i < hi:
             if bands and i in bands:    # a frozen chain a few rows at a time
                 from utrain.bands import run
@@ -77,7 +77,7 @@ class Net:
             # the last sample's output goes before this one's is made (not beside it)
             o = ops[i][2][0]
             t[o] = None
-            if every:
+            if every > 0:
                 r, c = shape[o]
                 made += r * c << 2
                 if made >= every:

@@ -257,8 +257,8 @@ class Trainer:
             if not ((x is None or finite(np.sum(x))) and finite(np.sum(y))):
                 raise ValueError('%s: sample %d holds NaN or Inf' % (ds.path, j))
             if classes and not (0 <= y[0, 0] < classes and y[0, 0] == int(y[0, 0])):
-                raise ValueError('%s: sample %d has label %r, the model has %d classes'
-                                 % (ds.path, j, float(y[0, 0]), classes))
+                raise ValueError('%s: sample %d has label %s, the model has %d classes'
+                                 % (ds.path, j, y[0, 0], classes))
             self.target = y
             if x is None and not rows:
                 pf.load(j)
