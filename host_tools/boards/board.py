@@ -232,8 +232,13 @@ def _deploy(d, port, files, inputs, board, source, resume):
         board = runner.board_name(board, profiles)
         prof = profiles[board]
         size, n, dtype = sample_files(d, files)
-        why = flash_advice(d, total, board, size, n, dtype,
-                           runner.folder_writes(d, files, n, label_width(d, files)))
+        writes = runner.folder_writes(d, files, n, label_width(d, files))
+        # (the host-made prefix caches grow with the samples: counted a sample's share each,
+        # as a cache the run makes is, not in 'the model and code alone')
+        pfx = sum(os.path.getsize(os.path.join(d, f)) for f in inputs if f.endswith('.pfx'))
+        if pfx and n:
+            writes = (writes[0], writes[1], (writes[2] if len(writes) > 2 else 0) + pfx / n)
+        why = flash_advice(d, total, board, size, n, dtype, writes)
         if why:
             raise BoardError(why)
     # stale code goes first (a utrain/x.py left from a --source deploy would shadow a new

@@ -186,13 +186,13 @@ def flash_advice(what, total, board, samples, n, dtype, writes=(0, '')):
         return None
     # (the prefix cache grows with the samples: per_more bytes a sample, counted with them)
     per_more = writes[2] if len(writes) > 2 else 0
-    cap, rest = size_bytes(fs), total - samples - per_more * n
+    cap, rest = size_bytes(fs), int(total - samples - per_more * n)
     more = (f', and training writes about {writes[0] // 1024} KB more ({writes[1]})'
             if writes[0] else '')
     msg = (f'{what}: about {(total - writes[0]) // 1024} KB to store ({samples // 1024} KB of it '
            f'{n} samples as {dtype}){more}, more than the {fs} file system of {board}; ')
     if dtype == 'float32':
-        total = rest + samples // 4 + per_more * n
+        total = int(rest + samples // 4 + per_more * n)
         msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
         if total <= cap:
             return msg

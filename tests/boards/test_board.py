@@ -512,3 +512,35 @@ def test_deploy_copies_the_prefix_caches_prepare_made_on_the_host(tmp_path, monk
                                                  'test.ds', 'train.py', 'train.json') or
              f.endswith('.pfx')]
     assert seen[-1][1] >= sum(os.path.getsize(os.path.join(out, f)) for f in files)
+
+
+def test_a_flash_refusal_counts_the_host_caches_with_the_samples(tmp_path, monkeypatch):
+    from host_tools.files.dataset import HEAD
+    """deploy's flash check counts the --cache-on-host caches (train.ds.pfx, test.ds.pfx),
+    which grow with the samples; where they overflowed the file system the refusal said
+    'the model and code alone take about N KB' with the caches in N: fewer samples fit."""
+    out = str(tmp_path / 'run')
+    prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=200),
+            loss='scce', epochs=1, train='last:2', cache='host', test_split=0.25, lr=0.01,
+            log=lambda *a: None)
+    seen = []
+    real = board.flash_advice
+    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
+    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: None)
+    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
+    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
+    board.deploy(out, 'nowhere', board='big', source=True)
+    total, samples, writes = seen[-1][1], seen[-1][3], seen[-1][6]
+    pfx = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.endswith('.pfx'))
+    assert pfx > 1024
+    # a file system the model and code fit in, and a quarter of the caches with the
+    # samples as 8-bit (--dtype uint8 alone is not enough)
+    cap = total + writes[0] - samples - pfx * 3 // 4
+    monkeypatch.setattr(runner, 'boards', lambda: {'small': {'flash_fs': str(cap)}})
+    with pytest.raises(board.BoardError, match=r'at most \d+ samples fit') as e:
+        board.deploy(out, 'nowhere', board='small', source=True)
+    # n samples take n / 200 of the samples (8-bit: a quarter) and of the caches
+    fit = int(re.search(r'at most (\d+) samples fit', str(e.value)).group(1))
+    room = pfx // 4 - 2 * HEAD
+    assert fit == room * 200 // ((samples - 2 * HEAD) // 4 + pfx), (fit, str(e.value))
