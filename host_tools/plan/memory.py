@@ -1384,12 +1384,27 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             if len(fits) >= 3:
                 break
     if not fits:
-        code = heap['parts']['code'] + heap['parts']['interpreter']
         fits.append('  nothing tried fits (batch 1, sgd, --stream, --cache, --cache-on-host, --ranks, '
                     '--train last:N' + (', a firmware with ulab or utrain frozen in' if firmware else '')
-                    + f'): the code and interpreter alone take about {code // 1024} KB'
-                    + runner.roomier(heap))
+                    + '): ' + short_of(heap, limit) + runner.roomier(heap))
     return '\n'.join(lines + fits)
+
+
+def short_of(heap, limit) -> str:
+    """What keeps plan heap over limit (bytes) where no setting tried fits: the code and
+    interpreter alone, where they take it; else the plan's largest part (a 224x224 int8
+    MobileNet on an ESP32-S3's 1.6 MB: the frozen prefix's int8 arena, 1617 KB, where the
+    code and interpreter take 70 KB, which it had named as the cause), or where they take
+    half the budget but a part beside them is larger (an unrolled int8 LSTM on an
+    RP2040: its 300 KB of weights, where the code and interpreter take 125 KB)."""
+    fixed = heap['parts'].get('code', 0) + heap['parts'].get('interpreter', 0)
+    name, size = max(((k, v) for k, v in heap['parts'].items()
+                      if k not in ('code', 'interpreter')), key=lambda kv: kv[1],
+                     default=('', 0))
+    if fixed >= limit or fixed >= limit * 0.5 and fixed >= size:
+        return f'the code and interpreter alone take about {fixed // 1024} KB'
+    return (f'its largest part, {name}, takes about {size // 1024} KB of the '
+            f'{(limit - fixed) // 1024} KB the budget leaves beside the code and interpreter')
 
 
 # ---------------------------------------------------------------- int8 runs

@@ -3231,7 +3231,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
     dropped where that fits), at the figure prepare will plan, saying where the frozen
     layers run in row bands or state is dropped to fit."""
     from ..graph.passes import RANK_NAMES
-    from ..plan.memory import LONGEST, longest_last
+    from ..plan.memory import LONGEST, longest_last, short_of
     ranks = ranks or None       # (prepare hands {} where no --ranks was given)
     cands = []
     if int(s['batch']) > 1:
@@ -3290,20 +3290,6 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
                 break
     from ..target.runner import roomier
     return out or ['  nothing tried fits: ' + short_of(heap, limit(heap)) + roomier(heap)]
-
-
-def short_of(heap, limit) -> str:
-    """What keeps plan heap over limit (bytes) where no setting tried fits: the code and
-    interpreter alone, where they take it; else the plan's largest part (a 224x224 int8
-    MobileNet on an ESP32-S3's 1.6 MB: the frozen prefix's int8 arena, 1617 KB, where the
-    code and interpreter take 70 KB, which it had named as the cause)."""
-    fixed = heap['parts']['code'] + heap['parts']['interpreter']
-    if fixed >= limit * 0.5:
-        return f'the code and interpreter alone take about {fixed // 1024} KB'
-    name, size = max(((k, v) for k, v in heap['parts'].items()
-                      if k not in ('code', 'interpreter')), key=lambda kv: kv[1])
-    return (f'its largest part, {name}, takes about {size // 1024} KB of the '
-            f'{(limit - fixed) // 1024} KB the budget leaves beside the code and interpreter')
 
 
 class HeapRefusal(PrepareError):
