@@ -168,6 +168,20 @@ def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
         board.deploy(out, 'nowhere', board='tiny', source=True)
 
 
+def _deploy_seen(monkeypatch, out, copied=None):
+    """deploy out to a port that is not there on a board of 64 MB of flash, mpremote's
+    copies put in copied: the arguments of each flash_advice call deploy made."""
+    seen, copied = [], [] if copied is None else copied
+    real = board.flash_advice
+    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
+    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: copied.extend(a))
+    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
+    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
+    board.deploy(out, 'nowhere', board='big', source=True)
+    return seen
+
+
 @pytest.mark.parametrize('how', [dict(), dict(board='rp2040', cache=True, optimizer='adam', train='last:2')],
                          ids=['float', 'int8-cache-adam'])
 def test_deploy_counts_what_training_writes_on_the_flash(tmp_path, monkeypatch, how):
@@ -196,14 +210,7 @@ def test_deploy_counts_what_training_writes_on_the_flash(tmp_path, monkeypatch, 
     writes = runner.folder_writes(out, files, n, board.label_width(out, files))
     # (each of the 4-5 files in whole littlefs blocks: a block more each at the most)
     assert peak <= writes[0] <= 1.5 * peak + 5 * runner.FS_BLOCK + 8192, (made, writes)
-    seen = []
-    real = board.flash_advice
-    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
-    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
-    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: None)
-    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
-    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
-    board.deploy(out, 'nowhere', board='big', source=True)
+    seen = _deploy_seen(monkeypatch, out)
     total = seen[-1][1]                 # the files deploy copies
     tight = '%dK' % ((total + writes[0] // 2) // 1024)      # holds them, not the run's writes
     monkeypatch.setattr(runner, 'boards', lambda: {'tiny': {'flash_fs': tight}})
@@ -499,14 +506,8 @@ def test_deploy_copies_the_prefix_caches_prepare_made_on_the_host(tmp_path, monk
             log=lambda *a: None)
     made = sorted(f for f in os.listdir(out) if f.endswith('.pfx'))
     assert made == ['test.ds.pfx', 'train.ds.pfx'], os.listdir(out)
-    copied, seen = [], []
-    real = board.flash_advice
-    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
-    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
-    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: copied.extend(a))
-    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
-    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
-    board.deploy(out, 'nowhere', board='big', source=True)
+    copied = []
+    seen = _deploy_seen(monkeypatch, out, copied)
     assert 'train.ds.pfx' in copied and 'test.ds.pfx' in copied, copied
     files = [f for f in os.listdir(out) if f in ('model.flat', 'weights.wof', 'train.ds',
                                                  'test.ds', 'train.py', 'train.json') or
@@ -515,22 +516,15 @@ def test_deploy_copies_the_prefix_caches_prepare_made_on_the_host(tmp_path, monk
 
 
 def test_a_flash_refusal_counts_the_host_caches_with_the_samples(tmp_path, monkeypatch):
-    from host_tools.files.dataset import HEAD
     """deploy's flash check counts the --cache-on-host caches (train.ds.pfx, test.ds.pfx),
     which grow with the samples; where they overflowed the file system the refusal said
     'the model and code alone take about N KB' with the caches in N: fewer samples fit."""
+    from host_tools.files.dataset import HEAD
     out = str(tmp_path / 'run')
     prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=200),
             loss='scce', epochs=1, train='last:2', cache='host', test_split=0.25, lr=0.01,
             log=lambda *a: None)
-    seen = []
-    real = board.flash_advice
-    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
-    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
-    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: None)
-    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
-    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
-    board.deploy(out, 'nowhere', board='big', source=True)
+    seen = _deploy_seen(monkeypatch, out)
     total, samples, writes = seen[-1][1], seen[-1][3], seen[-1][6]
     pfx = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.endswith('.pfx'))
     assert pfx > 1024
