@@ -828,20 +828,29 @@ def tabmlp_circle():
     """An MLP on tabular data (issue 28, session 28: held out; real measurements, FC
     layers with BatchNorm1d): 30 -> 64 -BN-ReLU -> 32 -BN-ReLU -> 2, pre-trained on
     TAB_PRE of sklearn's breast_cancer samples (seeded, cached)."""
-    path = os.path.join(TMP, 'tabmlp.circle')
+    def data():
+        x, y = _cancer()
+        return x[:TAB_PRE], y[:TAB_PRE]
+    return _tabular('tabmlp', lambda nn: nn.Sequential(
+        nn.Linear(30, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 32),
+        nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 2)), data, epochs=12, classes=2)
+
+
+def _tabular(name, make, data, epochs, classes):
+    """TMP/name.circle: the MLP make(torch.nn) pre-trained on data() -> (x [n, features],
+    y) (make_tico.pretrain, seeded; cached: data and torch untouched where it is made)."""
+    path = os.path.join(TMP, name + '.circle')
     if os.path.exists(path):
         return path
     import torch
-    import torch.nn as nn
     sys.path.insert(0, DIGITS)
     import make_tico
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    m = nn.Sequential(nn.Linear(30, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 32),
-                      nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 2))
-    x, y = _cancer()
-    m = make_tico.pretrain(m, x[:TAB_PRE], y[:TAB_PRE], epochs=12, classes=2, shape=(30,))
-    return _convert(m, (1, 30), path)
+    m = make(torch.nn)
+    x, y = data()
+    m = make_tico.pretrain(m, x, y, epochs=epochs, classes=classes, shape=x.shape[1:])
+    return _convert(m, (1,) + x.shape[1:], path)
 
 
 def tab_task_data(name, n):
@@ -890,20 +899,12 @@ def wine_circle():
     """An MLP on sklearn's wine (issue 28, session 29: held out; trained as int8 in the
     bench, prepare --int8, as `wine8`): 13 -> 32 -BN-ReLU -> 16 -ReLU -> 3, pre-trained on
     WINE_PRE samples of the cultivars 0 and 1 only (seeded, cached)."""
-    path = os.path.join(TMP, 'wine.circle')
-    if os.path.exists(path):
-        return path
-    import torch
-    import torch.nn as nn
-    sys.path.insert(0, DIGITS)
-    import make_tico
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    m = nn.Sequential(nn.Linear(13, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 16),
-                      nn.ReLU(), nn.Linear(16, 3))
-    x, y, pre = _wine()
-    m = make_tico.pretrain(m, x[pre], y[pre], epochs=20, classes=3, shape=(13,))
-    return _convert(m, (1, 13), path)
+    def data():
+        x, y, pre = _wine()
+        return x[pre], y[pre]
+    return _tabular('wine', lambda nn: nn.Sequential(
+        nn.Linear(13, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(),
+        nn.Linear(16, 3)), data, epochs=20, classes=3)
 
 
 def wine8_circle():
