@@ -4,7 +4,6 @@ back to float ("int8 training reduces the leading axes that are not 1").  prepar
 it through a TRANSPOSE that puts the reduced axis first (quant._trailing_means): the
 logits are TFLite Micro's bit for bit, and one SGD step moves the Dense layer before it
 by lr times the finite differences of the float forward of the dequantized graph."""
-import json
 import os
 import sys
 
@@ -15,11 +14,10 @@ from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
-from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.prepare import quant  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
 from test_q8_cat import _fd_grad  # noqa: E402
+from test_q8_prelu_l2 import _table  # noqa: E402
 
 T, C, F, O = 5, 4, 6, 3
 SX, S1, SH, SM, S2, SY = 0.05, 0.004, 0.03, 0.02, 0.01, 0.1
@@ -55,13 +53,6 @@ def _build(path, seed=0):
         hf = np.clip(np.maximum(xf @ wf.T + b1 * SX * S1, 0), None, (127 - ZH) * SH)
         return (w2 * S2) @ hf.mean(-1)
     return os.fspath(path), forward, w1
-
-
-def _table(tmp_path, path):
-    g = quant.rewritten(read_model(path))
-    quant.write(g, str(tmp_path), 'all')
-    with open(tmp_path / 'q8.json') as fh:
-        return g, json.load(fh)
 
 
 def test_mean_over_the_last_axis_trains_as_int8(tmp_path, monkeypatch):
