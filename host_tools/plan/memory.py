@@ -1231,7 +1231,7 @@ def gc_every(g, planned) -> int:
     (docs/memory.md), or when the model has 16 ops or more; else 0, only when the heap
     is full: collections cost time (the digits MLP on 32-bit unix: 2.3x per sample) and
     its small arrays gain little."""
-    big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
+    big = largest_activation(g)
     # ... or when a step makes many arrays (16 ops or more): the zoo's LayerNorm+GELU
     # block (24 ops, 1 KB activations) needed 150 KB without collections, 130 with
     return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
@@ -1250,8 +1250,12 @@ def gc_bytes(g) -> int:
     KB at 2-4 KB, 197-213 KB at 5-8 KB (20 KB).  Not smaller: the digits CNN (2 KB
     activations) at 2 KB took 1.8x the CPU time of its 3.9 KB on 64-bit unix; at 4 KB,
     as before."""
-    big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
-    return max(4096, big // 2 // 1024 * 1024)       # (big floats: 4 * big bytes / 8)
+    return max(4096, largest_activation(g) // 2 // 1024 * 1024)   # (4 bytes a float, / 8)
+
+
+def largest_activation(g) -> int:
+    """Values in g's largest tensor that is no constant (an activation, the input)."""
+    return max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
 
 
 def biases_only(train, ranks, with_params, biased):
