@@ -284,6 +284,16 @@ class _Fits:
     def _within(self, p, lim) -> bool:
         return (lim is None or p['heap'] <= lim) and self.flash_refusal(p) is None
 
+    def _fits_or_alts(self, p, lim, ranks, limit, fisher) -> bool:
+        """p within lim, or the candidate fits with one of self.alts' memory options
+        (pricers of the options prepare chooses for a plan over the budget, as for a
+        --train or --ranks given by hand); one that caches the frozen prefix not under the
+        board's scoring pass, which runs the layers the cache leaves out."""
+        if self._within(p, lim):
+            return True
+        return any(a.fits(ranks, limit, fisher) for a in self.alts
+                   if not (fisher and a.target.get('cache')))
+
 
 class Pricer(_Fits):
     """Heap plan and step MACs of a rank assignment {op (graph as given): rank}."""
@@ -340,10 +350,7 @@ class Pricer(_Fits):
         series) left out last:15, which prepare --train last:15 trains with the cache
         (0.660 against the selection's 0.579)."""
         p = self.price(ranks, fisher)
-        if self._within(p, limit(p['plan']) if limit else None):
-            return True
-        return any(a.fits(ranks, limit, fisher) for a in self.alts
-                   if not (fisher and a.target.get('cache')))
+        return self._fits_or_alts(p, limit(p['plan']) if limit else None, ranks, limit, fisher)
 
 
 def trained_params(g, p) -> int:
@@ -1583,12 +1590,8 @@ class Q8Pricer(_Fits):
             if dropped:
                 p.update(heap=h['total'], parts=h['parts'], plan=h, dropped=dropped)
                 lim = limit(h)
-        if self._within(p, lim):
-            return True
-        # (or with --cache, which prepare_q8 chooses for a plan over the budget, as for a
-        # --ranks given by hand; not under the board's scoring pass, which runs the
-        # layers the cache leaves out)
-        return any(a.fits(ranks, limit, fisher) for a in self.alts if not fisher)
+        # (or with --cache, which prepare_q8 chooses for a plan over the budget: alts)
+        return self._fits_or_alts(p, lim, ranks, limit, fisher)
 
 
 def q8_macs(ls) -> int:
