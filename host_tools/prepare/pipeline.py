@@ -450,7 +450,9 @@ def unread_settings(model_path, given: dict, s: dict) -> list:
     """Lines saying which settings given on the command line the run does not read
     (--momentum to adam, --rho to sgd, --seed without --shuffle had been taken without a
     word, the run as if they had not been given)."""
-    out = [f'{model_path}: --{k}: {s["optimizer"]} does not read it ({" and ".join([", ".join(by[:-1])] * (len(by) > 1) + [by[-1]])} '
+    def listed(names):      # ('sgd'; 'adam and adamw'; 'adam, adamw and rmsprop')
+        return ' and '.join([', '.join(names[:-1])] * (len(names) > 1) + [names[-1]])
+    out = [f'{model_path}: --{k}: {s["optimizer"]} does not read it ({listed(by)} '
            f'do{"es" * (len(by) == 1)}): leave it out, or give --optimizer {by[0]}'
            for k, by in READ_BY.items()
            if given.get(k) is not None and s.get('optimizer') not in by]
