@@ -19,7 +19,6 @@ from ..graph.passes import PrepareError
 from ..target.runner import FILES
 
 
-
 def progress_step(n: int) -> int:
     """A round number of samples between progress lines, about 4 per epoch (0 = none
     for small epochs)."""

@@ -417,11 +417,11 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
             'train.py'], env
 
 
-# the files prepare writes in a folder (a run's error naming one: prepare again)
 # the prepared folder's files, as prepare names them (prepare.runfolder writes them)
 FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
          'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
          'log': 'train.log', 'rewritten': 'rewritten.circle'}
+# the files prepare writes in a folder (a run's error naming one: prepare again)
 PREPARED = ('model.flat', 'weights.wof', 'train.json', 'train.ds', 'test.ds', 'q8.json', 'q8.req',
             'q8t.json')
 
