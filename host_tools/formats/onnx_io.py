@@ -26,6 +26,7 @@ node and the file.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -2262,11 +2263,12 @@ def load(path):
         from .kinds import kind_of
         with open(path, 'rb') as f:
             kind = kind_of(f.read(4096))
-        if kind and kind.endswith(('(.circle)', '(.tflite)')):
+        named = re.match(r'(.+) \((\.circle|\.tflite)\)$', kind or '')
+        if named:
             # (a circle or TFLite model named .onnx had been 'not a model: it reads as a
             # circle model (.circle); give the model file (.circle, ...) here')
-            raise ModelError(path, f'{kind[:-10]} named .onnx: utrain reads a file by its '
-                             f'name\'s suffix; name it {kind[-8:-1]}') from None
+            raise ModelError(path, f'{named.group(1)} named .onnx: utrain reads a file by its '
+                             f'name\'s suffix; name it {named.group(2)}') from None
         if kind:        # (a Git LFS pointer, a placeholder text, an archive: as a .tflite's)
             raise ModelError(path, f'not a model: it reads as {kind}; give the model file '
                              '(.circle, .tflite or .onnx) here') from None
