@@ -133,6 +133,23 @@ def slice_op(g: Graph, x: int, y: int, name: str, begin, end, strides, src,
                     {'shrink_axis_mask': shrink} if shrink else {}, src=src)
 
 
+def reversal_ops(g: Graph, x: int, y: int, a: int, prefix: str, src, like=None) -> list:
+    """x reversed along axis a into y through ops that train: a STRIDED_SLICE of each index
+    along it (tensors prefix + 'at<i>', dtype of like, else y) and a CONCATENATION of them
+    in reverse order (loops.reverse_to_concat, spellings.reversed_slices)."""
+    X = list(g.tensors[x].shape)
+    made, parts = [], []
+    for i in reversed(range(X[a])):
+        b, e = [0] * len(X), list(X)
+        b[a], e[a] = i, i + 1
+        parts.append(new_tensor(g, f'{prefix}at{i}', X[:a] + [1] + X[a + 1:],
+                                like=y if like is None else like))
+        made.append(slice_op(g, x, parts[-1], f'{prefix}at{i}', b, e, [1] * len(X), src))
+    made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [y],
+                         {'axis': a, 'fused_activation_function': 'NONE'}, src=src))
+    return made
+
+
 def spell(g: Graph, op: Operator, steps, own=-1) -> None:
     """Replace op by steps [(name, inputs, options, shape)]: each writes a new float32
     tensor of that shape (None: op's output shape), the last writes op's output; an

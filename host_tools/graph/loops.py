@@ -10,7 +10,7 @@ import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator, Tensor
 from .edit import (const_ints, is_const, make_reshape, new_tensor, producer, renumber, replace_op,
-                   slice_op)
+                   reversal_ops, slice_op)
 from .shapes import host_value, integer_type
 
 
@@ -26,17 +26,8 @@ def reverse_to_concat(g: Graph) -> int:
                 not is_const(g, op.inputs[1]) or len(const_ints(g, op.inputs[1])) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
-        X = list(g.tensors[x].shape)
-        a = const_ints(g, op.inputs[1])[0] % len(X)
-        made, parts, name = [], [], g.tensors[y].name
-        for i in reversed(range(X[a])):
-            b, e = [0] * len(X), list(X)
-            b[a], e[a] = i, i + 1
-            parts.append(new_tensor(g, f'{name}/at{i}', X[:a] + [1] + X[a + 1:], like=y))
-            made.append(slice_op(g, x, parts[-1], f'{name}/at{i}', b, e, [1] * len(X), op.src))
-        made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [y],
-                             {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
-        replace_op(g, op, made)
+        a = const_ints(g, op.inputs[1])[0] % len(g.tensors[x].shape)
+        replace_op(g, op, reversal_ops(g, x, y, a, g.tensors[y].name + '/', op.src))
         done += 1
     return done
 

@@ -9,7 +9,7 @@ import numpy as np
 from ..formats.circle_io import OP_CODES, Graph, Operator
 from .edit import (FLOAT_FNS, NO_ACTIVATION, REDUCE, const_ints, consumers, is_const,
                    make_reshape, new_tensor, own, producer, remove_op, renumber, replace_op,
-                   slice_op, spell)
+                   reversal_ops, slice_op, spell)
 
 
 def slices_to_split(g: Graph) -> int:
@@ -311,15 +311,7 @@ def reversed_slices(g: Graph) -> int:
             for j, a in enumerate(back):
                 Y = list(g.tensors[h].shape)
                 out = y if j == len(back) - 1 else new_tensor(g, f'{name}/back{j}', Y, like=y)
-                parts = []
-                for i in reversed(range(Y[a])):
-                    pb, pe = [0] * len(Y), list(Y)
-                    pb[a], pe[a] = i, i + 1
-                    parts.append(new_tensor(g, f'{name}/back{j}_at{i}', Y[:a] + [1] + Y[a + 1:], like=y))
-                    made.append(slice_op(g, h, parts[-1], f'{name}/back{j}_at{i}', pb, pe,
-                                         [1] * len(Y), op.src))
-                made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [out],
-                                     {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+                made += reversal_ops(g, h, out, a, f'{name}/back{j}_', op.src, like=y)
                 h = out
             replace_op(g, op, made)
             done += 1
