@@ -183,12 +183,8 @@ def board_inputs(d, files) -> list:
     --cache-on-host: out of memory before training at its 92 KB plan on the 32-bit build,
     where the prepared folder trains)."""
     out = [files[k] for k in INPUTS if files.get(k)]
-    try:
-        with open(os.path.join(d, 'train.json')) as f:
-            host = json.load(f).get('run', {}).get('cache') == 'host'
-    except (OSError, ValueError, AttributeError):
-        host = False
-    if host:
+    run = (runner.loose_train_json(d) or {}).get('run')
+    if isinstance(run, dict) and run.get('cache') == 'host':
         out += [files[k] + '.pfx' for k in ('train', 'test')
                 if files.get(k) and os.path.exists(os.path.join(d, files[k] + '.pfx'))]
     return out

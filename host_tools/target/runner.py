@@ -520,7 +520,7 @@ def end_advice(out_dir, text) -> str | None:
         # had said 'train.ds is damaged or missing; prepare the folder again')
         f, has, wants = shapes if q8 else (shapes.group(1), int(shapes.group(3)),
                                            int(shapes.group(5)))
-        loss = (_train_json(out_dir) or {}).get('loss')
+        loss = (loose_train_json(out_dir) or {}).get('loss')
         if isinstance(loss, str):
             return (f'what to do: {f} holds {has} target{"s" * (has != 1)} a sample (' + (
                 'a class number: "loss": "scce"' if has == 1 else
@@ -581,7 +581,7 @@ def end_advice(out_dir, text) -> str | None:
     return None
 
 
-def _train_json(out_dir):
+def loose_train_json(out_dir):
     """Folder out_dir's train.json as it reads (a dict), or None where it does not (no
     file, not JSON, not an object): what a run's end advice and the weights' check go by,
     where the board's own check (read_train_json) has said what is wrong with it."""
@@ -598,7 +598,7 @@ def _other_slot(out_dir, what):
     train.json's "files" names in another's place ("model": "weights.wof"), or None: the
     file is not damaged (it had been 'weights.wof is damaged or missing; prepare the folder
     again')."""
-    files = (_train_json(out_dir) or {}).get('files')
+    files = (loose_train_json(out_dir) or {}).get('files')
     if not isinstance(files, dict):
         return None
     own = {n: k for k, n in FILES.items()}
@@ -676,7 +676,7 @@ def damaged_weights(out_dir):
     an int8 run's or train.json does not say (the board reports that)."""
     import numpy as np
     try:
-        name = _train_json(out_dir)['files']['weights']
+        name = loose_train_json(out_dir)['files']['weights']
         path = os.path.join(out_dir, name)
         if not isinstance(name, str) or os.path.exists(os.path.join(out_dir, 'q8.json')) or \
                 not os.path.exists(os.path.join(out_dir, 'model.flat')):
