@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, 'micro'))
 from host_tools.prepare import quant  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from kerasgraphs import build_int8_binary  # noqa: E402
+from q8cases import tflm_agrees  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
 from test_q8_cat import MP, _fd_grad, _step_against_fd, _viper_matches  # noqa: E402
@@ -147,17 +148,7 @@ def test_viper_steps_as_the_host(tmp_path):
 def _tflm_matches(path, m, d, xs, distinct=None):
     """utrain.q8's forward of q8.json m (folder d) is TFLite Micro's on the int8 inputs xs
     (their outputs all differ, or at least distinct of them)."""
-    from tflite_micro.python.tflite_micro import runtime
-    net = Q8Net(m, str(d / 'weights.wof'))
-    it = runtime.Interpreter.from_file(path)
-    outs = set()
-    for xq in xs:
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq.reshape(it.get_input_details(0)['shape']), 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel())
-        outs.add(tuple(got))
-    assert len(outs) >= (distinct or len(xs))
+    tflm_agrees(path, Q8Net(m, str(d / 'weights.wof')), xs, distinct)
 
 
 def test_a_slice_of_three_axes_gathers_and_five_is_refused(tmp_path):

@@ -22,6 +22,7 @@ from host_tools.target import runner  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from kerasgraphs import build_keras_int8_cat  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
+from q8cases import tflm_agrees  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
 
 L = 10
@@ -90,18 +91,8 @@ def test_a_conv_output_shape_the_file_got_wrong_is_named(tmp_path):
 
 
 def test_forward_bit_exact_with_tflite_micro(tmp_path):
-    from tflite_micro.python.tflite_micro import runtime
     path, _, _, m, net = _net(tmp_path)
-    it = runtime.Interpreter.from_file(path)
-    outs = set()
-    for i in range(6):
-        xq = _x(i)
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq.reshape(1, L, 3), 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel()), i
-        outs.add(tuple(got))
-    assert len(outs) == 6
+    tflm_agrees(path, net, [_x(i) for i in range(6)])
 
 
 def test_requantized_inputs_against_the_float_graph(tmp_path):
@@ -316,7 +307,6 @@ def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
     GlobalAveragePooling1D (MEAN over axis 1 of a 3-D tensor): the forward bit-exact with
     TFLite Micro, the first layer's update against finite differences of the float
     graph."""
-    from tflite_micro.python.tflite_micro import runtime
     from kerasgraphs import build_keras_int8_seq
     path, fwd, s1 = build_keras_int8_seq(tmp_path / 's.tflite')
     g = quant.rewritten(read_model(path))
@@ -326,14 +316,9 @@ def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
     assert [d['k'] for d in m['layers']] == [quant.CONV, quant.MEAN, quant.FC]
     assert m['layers'][0]['g'][:4] == [1, 7, 5, 6] and m['layers'][1]['n'] == 7
     net = Q8Net(m, str(tmp_path / 'weights.wof'))
-    it = runtime.Interpreter.from_file(path)
     r = np.random.default_rng(9)
     xs = [r.integers(-90, 90, (7, 5)).astype(np.int8) for _ in range(4)]
-    for xq in xs:
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq.reshape(1, 7, 5), 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel())
+    tflm_agrees(path, net, xs, 0)
     got = spy_updates(monkeypatch)
     w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
     for i, xq in enumerate(xs):
@@ -558,18 +543,8 @@ def test_select_names_the_files_ops_of_a_rewritten_int8_model(tmp_path):
 def _logits_as_tflite_micro(path, net, xs, tmp_path):
     """net's int8 logits on the int8 samples xs are TFLite Micro's on path cut before its
     SOFTMAX, bit for bit; returns how many differ."""
-    from tflite_micro.python.tflite_micro import runtime
     from test_q8 import _cut_softmax
-    _, cut = _cut_softmax(path, tmp_path)
-    it = runtime.Interpreter.from_file(cut)
-    outs = set()
-    for xq in xs:
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq[None], 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel())
-        outs.add(tuple(got))
-    return len(outs)
+    return tflm_agrees(_cut_softmax(path, tmp_path)[1], net, xs, 0)
 
 
 def test_grouped_convolutions_as_tflite_micro_runs_them(tmp_path):

@@ -23,6 +23,7 @@ from host_tools.prepare import quant  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from kerasgraphs import build_int8_prelu_l2, build_int8_unitnorm  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
+from q8cases import tflm_agrees  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
 from test_q8_cat import MP, _fd_grad, _viper_matches  # noqa: E402
 from test_q8_bin import exported_is_the_board, plan_bounds_the_heap, trains_and_exports  # noqa: E402
@@ -74,20 +75,13 @@ def test_forward_bit_exact_with_tflite_micro(tmp_path, op):
 
 def test_model_forward_bit_exact_with_tflite_micro(tmp_path):
     """Dense -> PReLU -> UnitNormalization -> Dense: the logits are TFLite Micro's."""
-    from tflite_micro.python.tflite_micro import runtime
     path = build_int8_prelu_l2(tmp_path / 'm.tflite')[0]
     _, m = _table(tmp_path, path)
     assert [(d['k'], d.get('bo')) for d in m['layers']][1:] == [
         (quant.BIN, 7), (quant.NRM, None), (quant.FC, None)]
-    net = Q8Net(m, str(tmp_path / 'weights.wof'))
-    it = runtime.Interpreter.from_file(path)
     r = np.random.default_rng(2)
-    for i in range(20):
-        xq = r.integers(-128, 128, (T, C)).astype(np.int8)
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq.reshape(1, T, C), 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel()), i
+    tflm_agrees(path, Q8Net(m, str(tmp_path / 'weights.wof')),
+                [r.integers(-128, 128, (T, C)).astype(np.int8) for _ in range(20)], 0)
 
 
 @pytest.mark.parametrize('ops', [('PRELU',), ('L2_NORMALIZATION',), BOTH, BOTH[::-1]])
@@ -126,21 +120,14 @@ def test_keras_unit_normalization_as_int8_ops(tmp_path, monkeypatch):
     int8 SUM over the last axis, RSQRT, MINIMUM with a cap, MUL): the SUM a MEAN layer
     ('sm': s_x / s_y, no 1/N; its gradient g itself), the logits TFLite Micro's, the
     Dense updates against finite differences."""
-    from tflite_micro.python.tflite_micro import runtime
     path, fwd, ss, sx = build_int8_unitnorm(tmp_path / 'u.tflite')
     g, m = _table(tmp_path, path)
     assert [(d['k'], d.get('bo'), d.get('sm')) for d in m['layers']] == [
         (quant.FC, None, None), (quant.LUT, None, None), (quant.MEAN, None, 1),
         (quant.LUT, None, None), (quant.BIN, 6, None), (quant.BIN, 2, None), (quant.FC, None, None)]
-    net = Q8Net(m, str(tmp_path / 'weights.wof'))
-    it = runtime.Interpreter.from_file(path)
     r = np.random.default_rng(7)
-    for i in range(40):
-        xq = r.integers(-128, 128, (1, 16)).astype(np.int8)
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq, 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel()), i
+    tflm_agrees(path, Q8Net(m, str(tmp_path / 'weights.wof')),
+                [r.integers(-128, 128, (1, 16)).astype(np.int8) for _ in range(40)], 0)
     spy = spy_updates(monkeypatch)
     w0 = {k: next(t for t in g.tensors if t.name == k).data.astype(np.float64) * ss[k]
           for k in ss}
@@ -247,21 +234,14 @@ def test_prelu_with_a_slope_a_position_trains_as_int8(tmp_path, monkeypatch):
     plan).  With 4100 slopes: the layer trains its slopes ('ta'), the logits are TFLite
     Micro's, and one SGD step moves the slopes by lr times the
     finite differences of the float forward of the dequantized graph."""
-    from tflite_micro.python.tflite_micro import runtime
     F, Cx = 4100, 3
     path, fwd, ss, sx = build_int8_prelu_l2(tmp_path / 'm.tflite', ops=('PRELU',), T=1, C=Cx, F=F)
     g, m = _table(tmp_path, path)
     assert [d.get('ta') for d in m['layers'] if d.get('bo') == 7] == [1]
     assert len(next(d for d in m['layers'] if d.get('bo') == 7)['kc']) == F
     r = np.random.default_rng(3)
-    it = runtime.Interpreter.from_file(path)
-    net = Q8Net(m, str(tmp_path / 'weights.wof'))
-    for i in range(8):
-        xq = r.integers(-120, 121, (1, Cx)).astype(np.int8)
-        it.set_input(xq.reshape(1, 1, Cx), 0)
-        it.invoke()
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        assert np.array_equal(got, it.get_output(0).ravel()), i
+    tflm_agrees(path, Q8Net(m, str(tmp_path / 'weights.wof')),
+                [r.integers(-120, 121, (1, Cx)).astype(np.int8) for _ in range(8)], 0)
     spy = spy_updates(monkeypatch)
     w0 = {k: next(t for t in g.tensors if t.name == k).data.astype(np.float64) * ss[k] for k in ss}
     order = ['w2', 'alpha0', 'w1']

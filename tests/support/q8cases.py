@@ -85,3 +85,22 @@ def assert_exported_logits_as_board(model, run_dir, net, x, tmp_path):
         it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(shape), 0)
         it.invoke()
         assert np.array_equal(ours, it.get_output(0).ravel())
+
+
+def tflm_agrees(path, net, xs, distinct=None):
+    """utrain.q8's forward (the Q8Net net) of each int8 sample in xs is TFLite Micro's on
+    the model file path, bit for bit; at least distinct of the outputs differ (all of them
+    unless given, 0: no check).  Returns how many differ."""
+    from tflite_micro.python.tflite_micro import runtime
+    it = runtime.Interpreter.from_file(path)
+    shape = it.get_input_details(0)['shape']
+    outs = set()
+    for i, xq in enumerate(xs):
+        got = np.frombuffer(bytes(net.forward(bytearray(np.asarray(xq, np.int8).tobytes()))),
+                            np.int8)
+        it.set_input(np.asarray(xq, np.int8).reshape(shape), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel()), i
+        outs.add(got.tobytes())
+    assert len(outs) >= (len(xs) if distinct is None else distinct), len(outs)
+    return len(outs)
