@@ -75,10 +75,17 @@ def embedding_gathers(g: Graph) -> int:
             done += 1
         k = op.inputs[1]
         if k in g.inputs and g.tensors[k].dtype in ('int32', 'int64') and all(
-                r.name == 'GATHER' and r.inputs.index(k) == 1 for r in consumers(g, k)):
+                r.name == 'GATHER' and r.inputs.index(k) == 1 or _masks_ids(g, r, k)
+                for r in consumers(g, k)):
             g.tensors[k].dtype = 'float32'
             done += 1
     return done
+
+
+def _masks_ids(g: Graph, r: Operator, k: int) -> bool:
+    """r compares the ids k with a constant (Keras's mask_zero: NOT_EQUAL(ids, 0))."""
+    return r.name in _MASKS and len(r.inputs) == 2 and k in r.inputs and \
+        all(u == k or is_const(g, u) for u in r.inputs)
 
 
 def embedding_ids_back(g: Graph, int_inputs=None) -> int:
@@ -114,21 +121,26 @@ def embedding_ids_back(g: Graph, int_inputs=None) -> int:
     return done
 
 
+_MASKS = ('LESS', 'GREATER', 'GREATER_EQUAL', 'LESS_EQUAL', 'EQUAL', 'NOT_EQUAL')
+
+
 def id_masks(g: Graph) -> int:
-    """Keras's Embedding(mask_zero=True): NOT_EQUAL(ids, c) -> a bool mask that Keras
-    CASTs to float (the pooling's count) and SELECT_V2(mask, rows, 0)s the gathered rows
-    with.  For integer ids (the embedding's, floats here) the mask is min(|ids - c|, 1):
-    d = ids - c, a = 2 RELU(d) - d, a - RELU(a - 1), float 0 / 1; its CASTs go, and a
-    SELECT_V2 of it against zeros is a MUL by it (the rows' gradient times the mask, the
-    select's).  Only where every reader of the mask (through EXPAND_DIMS / RESHAPE) is
-    one of those.  Returns how many."""
+    """A comparison's bool mask as the device holds it, a 1.0 / 0.0 float (utrain.op_elem):
+    Keras's Embedding(mask_zero=True) NOT_EQUAL(ids, 0), tf.cast(x > c, tf.float32).
+    Where every reader of the mask (through EXPAND_DIMS / RESHAPE) is a CAST to float32
+    or a SELECT_V2 of it against zeros, the CASTs go and the select is a MUL by it (the
+    rows' gradient times the mask, the select's); an integer constant operand is read
+    as a float32 one (the ids are floats here: embedding_gathers).  The comparison stays
+    an op: no gradient passes it (an id mask had been spelled min(|x - c|, 1) in RELUs,
+    which is no mask of a float x between integers and passed x a gradient).  Returns
+    how many."""
     done = 0
     for op in list(g.ops):
-        if op.name != 'NOT_EQUAL' or len(op.inputs) != 2 or g.tensors[op.inputs[0]].dtype != 'float32':
+        if op.name not in _MASKS or len(op.inputs) != 2 or \
+                g.tensors[op.outputs[0]].dtype != 'bool':
             continue
-        x, c = op.inputs
-        cv = const_ints(g, c)
-        if cv is None or len(cv) != 1 or is_const(g, x):
+        if any(g.tensors[k].dtype not in ('float32', 'int32', 'int64') for k in op.inputs) or \
+                any(g.tensors[k].dtype != 'float32' and not is_const(g, k) for k in op.inputs):
             continue
         bools, readers, todo = [op.outputs[0]], [], [op.outputs[0]]
         while todo:
@@ -142,21 +154,16 @@ def id_masks(g: Graph) -> int:
                  r.name == 'SELECT_V2' and r.inputs[0] in bools and r.inputs[1] not in bools
                  and is_const(g, r.inputs[2]) and not np.any(g.tensors[r.inputs[2]].data)
                  for r in readers)
-        if not ok or any(k in g.outputs for k in bools):
+        if not ok or any(k in g.outputs for k in bools) or \
+                not any(r.name in ('CAST', 'SELECT_V2') for r in readers):
             continue
         for k in bools:
             g.tensors[k].dtype = 'float32'
-        name = g.tensors[op.outputs[0]].name
-        one = new_tensor(g, name + '/one', [], np.array(1.0, np.float32))
-        two = new_tensor(g, name + '/two', [], np.array(2.0, np.float32))
-        steps = [('SUB', [x, new_tensor(g, name + '/c', [], np.array(float(cv[0]), np.float32))],
-                  NO_ACTIVATION, None)] if cv[0] else []
-        d = 'prev' if steps else x
-        steps += [('RELU', [d], {}, None), ('MUL', ['prev', two], NO_ACTIVATION, None),
-                  ('SUB', ['prev', d if d == x else f'@{0}'], NO_ACTIVATION, None),
-                  ('SUB', ['prev', one], NO_ACTIVATION, None), ('RELU', ['prev'], {}, None),
-                  ('SUB', [f'@{len(steps) + 2}', 'prev'], NO_ACTIVATION, None)]
-        spell(g, op, steps)
+        for p, k in enumerate(op.inputs):
+            t = g.tensors[k]
+            if t.dtype != 'float32':
+                op.inputs[p] = new_tensor(g, t.name + '/as_float', list(t.shape),
+                                          np.asarray(t.data, np.float32).reshape(t.shape))
         for r in readers:
             if r.name == 'CAST':
                 bypass(g, r, r.inputs[0], r.outputs[0])
