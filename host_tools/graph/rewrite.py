@@ -45,6 +45,8 @@ and returns how many changes it made:
                       integer constants: Keras's Reshape/Flatten with a dynamic batch)
                       computed once into constants.
 * unit_reductions     a reduction over size-1 axes only -> a RESHAPE.
+* reduce_min_to_max   REDUCE_MIN that a max pool computes -> MUL by -1, REDUCE_MAX, MUL
+                      by -1 (min(x) = -max(-x)), which the next pass makes a pool.
 * reduce_max_to_pool  REDUCE_MAX over one run of axes (a global max pool) -> a
                       MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it
                       where the input is not NHWC with H and W reduced).
@@ -65,7 +67,7 @@ from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
 from .spellings import (dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
-                        reduce_max_to_pool, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
+                        reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
@@ -86,7 +88,7 @@ PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, Fa
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('unit_reductions', unit_reductions, True),
-          ('max_pools', reduce_max_to_pool, True),
+          ('min_reductions', reduce_min_to_max, False), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
           ('separable_biases', separable_biases, False),
           ('groups', split_groups, True))

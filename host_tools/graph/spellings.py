@@ -630,6 +630,41 @@ def _scales(q):
                                [int(a) for a in q.get('zero_point') or []])
 
 
+def _pool_axes(g: Graph, op):
+    """(shape, axes) of a REDUCE_MAX / REDUCE_MIN a max pool computes (its reduced axes one
+    run with nothing but size-1 axes before it), else None."""
+    if len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+        return None
+    shape = list(g.tensors[op.inputs[0]].shape)
+    if not shape:
+        return None
+    axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
+    keep = [i for i, n in enumerate(shape) if n != 1]
+    red = [i for i in keep if i in axes]
+    return (shape, axes) if red and keep[:len(red)] == red else None
+
+
+def reduce_min_to_max(g: Graph) -> int:
+    """REDUCE_MIN that a max pool computes (reduce_max_to_pool) -> MUL by -1, REDUCE_MAX,
+    MUL by -1: min(x) = -max(-x), and its gradient goes to the minimum as the max's goes
+    to the maximum (tf.reduce_min, Keras's min over time, ONNX ReduceMin).  Float only.
+    Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'REDUCE_MIN' or _pool_axes(g, op) is None or \
+                g.tensors[op.outputs[0]].dtype != 'float32':
+            continue
+        x, ax = op.inputs[:2]
+        name = g.tensors[op.outputs[0]].name
+        minus = [new_tensor(g, f'{name}/minus_one{j}', [], np.array(-1.0, np.float32))
+                 for j in range(2)]
+        spell(g, op, [('MUL', [x, minus[0]], NO_ACTIVATION, list(g.tensors[x].shape)),
+                      ('REDUCE_MAX', ['prev', ax], dict(op.options), None),
+                      ('MUL', ['prev', minus[1]], NO_ACTIVATION, None)], own=1)
+        done += 1
+    return done
+
+
 def reduce_max_to_pool(g: Graph) -> int:
     """REDUCE_MAX over one run of axes with nothing but size-1 axes before it (a global
     max pool: Keras's GlobalMaxPooling1D/2D) -> MAX_POOL_2D with the reduced axes as its
@@ -638,15 +673,12 @@ def reduce_max_to_pool(g: Graph) -> int:
     input is NHWC with H and W reduced.  Returns how many."""
     done = 0
     for op in list(g.ops):
-        if op.name != 'REDUCE_MAX' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
-            continue
+        if op.name != 'REDUCE_MAX' or _pool_axes(g, op) is None:
+            continue            # (the reduced axes are not one run after size-1 axes)
         x, y = op.inputs[0], op.outputs[0]
-        shape = list(g.tensors[x].shape)
-        axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
+        shape, axes = _pool_axes(g, op)
         keep = [i for i, n in enumerate(shape) if n != 1]
         red = [i for i in keep if i in axes]
-        if not red or keep[:len(red)] != red:
-            continue            # the reduced axes are not one run after size-1 axes
         R = int(np.prod([shape[i] for i in red]))
         C = int(np.prod([shape[i] for i in keep[len(red):]]))
         direct = len(shape) == 4 and axes == {1, 2}
