@@ -63,12 +63,29 @@ def _twin_list(vals, fill):
         out[_pos(len(vals))[a]] = v
     return out
 
+# comparisons of activations: a 1.0 / 0.0 mask (utrain.op_elem), no gradient; Not of
+# one is the opposite comparison
+_CMP = {'Equal': 'EQUAL', 'Less': 'LESS', 'Greater': 'GREATER', 'LessOrEqual': 'LESS_EQUAL',
+        'GreaterOrEqual': 'GREATER_EQUAL'}
+_NOT = {'EQUAL': 'NOT_EQUAL', 'NOT_EQUAL': 'EQUAL', 'LESS': 'GREATER_EQUAL',
+        'GREATER_EQUAL': 'LESS', 'GREATER': 'LESS_EQUAL', 'LESS_EQUAL': 'GREATER'}
+
+
+class _Node:
+    """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
+    op_type = ''
+
+    def __init__(self, output):
+        self.output, self.input, self.name = output, [], output[0]
+
+
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
     'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
+    'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
     'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
@@ -1061,7 +1078,13 @@ class _Reader(RecurrentOps):
         self.err('Erf outside the GELU pattern x * 0.5 * (1 + erf(x / sqrt(2)))')
 
     def _binary_name(self, t):
-        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU'}[t]
+        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU',
+                **_CMP}[t]
+
+    def op_Equal(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    op_Less = op_Greater = op_LessOrEqual = op_GreaterOrEqual = op_Equal
 
     def op_Div(self, node, ins, a, i):
         if self._gelu(i):
@@ -1097,6 +1120,37 @@ class _Reader(RecurrentOps):
         self._binary(node, ins)
 
     def _binary(self, node, ins):
+        xs, lay, out_shape = self._operands(node, ins)
+        name = self._binary_name(node.op_type)
+        self.emit(name, xs, [self.out(node.output[0], lay, out_shape)],
+                  **({} if name == 'PRELU' or name in _CMP.values()
+                     else {'fused_activation_function': 'NONE'}))
+
+    def op_Where(self, node, ins, a, i):
+        """torch.where(c, a, b): SELECT_V2 of the mask (a comparison's 1.0 / 0.0) and the
+        two sides, each getting the gradient where it was taken (a constant side frozen)."""
+        xs, lay, out_shape = self._operands(node, ins)
+        self.emit('SELECT_V2', xs, [self.out(node.output[0], lay, out_shape)])
+
+    def op_Not(self, node, ins, a, i):
+        """Not of a comparison this reader made (Not(Equal): torch's !=, a Keras-style
+        mask): the opposite comparison (NOT_EQUAL, GREATER_EQUAL, ...) where the Not is its
+        mask's one reader; else 1 - mask."""
+        v = ins[0]
+        op = next((o for o in reversed(self.ops) if o.name in _NOT and
+                   any(v in m and m[v] == o.outputs[0] for m in (self.plain, self.nhwc))), None)
+        if op is not None and len(self.consumers.get(v, [])) == 1 and \
+                v not in [o.name for o in self.model.graph.output]:
+            op.name = _NOT[op.name]
+            op.code = OP_CODES[op.name]
+            return self.alias(node.output[0], v)
+        self._unary_chain(node, ins, lambda x, y, b: self._ir('ADD', [self._ir(
+            'MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/negated'),
+            self._scalar(b + '/one', 1.0)], y))
+
+    def _operands(self, node, ins):
+        """The IR tensors of an elementwise node's operands (constants as float32 tensors
+        laid out as the activations), their layout and the output's shape."""
         acts = [v for v in ins if v not in self.const]
         out_shape = self.oshape(node.output[0]) if node.output[0] in self.shape else \
             list(np.broadcast_shapes(*[tuple(self.oshape(v)) if v not in self.const
@@ -1129,9 +1183,7 @@ class _Reader(RecurrentOps):
                 xs.append(self.get(v, lay))
         if len(acts) == 0:
             self.err('no activation operand')
-        name = self._binary_name(node.op_type)
-        self.emit(name, xs, [self.out(node.output[0], lay, out_shape)],
-                  **({} if name == 'PRELU' else {'fused_activation_function': 'NONE'}))
+        return xs, lay, out_shape
 
     # ---- dense
     def op_Gemm(self, node, ins, a, i):
@@ -1549,6 +1601,18 @@ class _Reader(RecurrentOps):
             self.nhwc[o], self.shape[o] = pooled, out
         else:
             self.reshape_to(pooled, out, out=self.out(o, 'plain', out))
+
+    def op_ReduceMin(self, node, ins, a, i):
+        """min(x) = -max(-x) (torch.amin): a MUL by -1, ReduceMax's pool, a MUL by -1; the
+        gradient goes to the minimum as the max's goes to the maximum."""
+        v, o = ins[0], node.output[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        self._ir('MUL', [self.get(v, lay), self._scalar(o + '/minus_one', -1.0)],
+                 self.out(o + '/negated', lay, self.oshape(v)))
+        self.op_ReduceMax(_Node([o + '/max']), [o + '/negated'] + list(ins[1:]), a, i)
+        lay = 'nhwc' if o + '/max' in self.nhwc else 'plain'
+        self._ir('MUL', [self.get(o + '/max', lay), self._scalar(o + '/minus_one_out', -1.0)],
+                 self.out(o, lay, self.oshape(o + '/max')))
 
     def op_GlobalMaxPool(self, node, ins, a, i):
         r = len(self.oshape(ins[0]))
