@@ -71,6 +71,41 @@ _NOT = {'EQUAL': 'NOT_EQUAL', 'NOT_EQUAL': 'EQUAL', 'LESS': 'GREATER_EQUAL',
         'GREATER_EQUAL': 'LESS', 'GREATER': 'LESS_EQUAL', 'LESS_EQUAL': 'GREATER'}
 
 
+def _drop_qdq(graph) -> int:
+    """A QDQ model's QuantizeLinear -> DequantizeLinear pairs of activations (onnxruntime's
+    quantize_static writes one after each quantized op) taken out of graph in place, their
+    readers reading the float activation (a pair ending the model: the op before it writes
+    the output's name): the model trains dequantized, its patterns (a Flatten read by a
+    Gemm, a GELU) as the float model's.  Returns how many."""
+    inits = {t.name for t in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+    outs = {o.name for o in graph.output}
+    done = 0
+    for dq in list(graph.node):
+        q = made.get(dq.input[0]) if dq.op_type == 'DequantizeLinear' and dq.input else None
+        if q is None or q.op_type != 'QuantizeLinear' or q.input[0] in inits or \
+                made.get(q.input[0]) is None and q.input[0] not in {i.name for i in graph.input}:
+            continue
+        x, y = q.input[0], dq.output[0]
+        if y in outs:           # (the float value takes the output's name)
+            if x in outs or x in {i.name for i in graph.input}:
+                continue
+            old, new = x, y
+        else:
+            old, new = y, x
+        graph.node.remove(dq)
+        if not any(q.output[0] in n.input for n in graph.node):
+            graph.node.remove(q)
+        for n in graph.node:
+            for lst in (n.input, n.output):
+                for j, v in enumerate(lst):
+                    if v == old:
+                        lst[j] = new
+        made = {o: n for n in graph.node for o in n.output}
+        done += 1
+    return done
+
+
 class _Node:
     """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
     op_type = ''
@@ -92,11 +127,12 @@ SUPPORTED = sorted({
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
-_QUANTIZED = ('a model quantized by onnxruntime.quantization (quantize_dynamic or '
-              'quantize_static), whose int8 weights utrain does not write back into the '
-              '.onnx: give utrain the float model from before quantizing it (its training '
-              'is float32 anyway; quantize the exported model again after), or a '
-              'full-integer .tflite for int8 training')
+_QUANTIZED = ('a model quantized by onnxruntime.quantization in its QOperator format '
+              '(quantize_dynamic, or quantize_static with quant_format=QOperator), whose '
+              'integer ops utrain does not run: quantize_static\'s default QDQ format trains '
+              '(dequantized), or give utrain the float model from before quantizing it '
+              '(quantize the exported model again after), or a full-integer .tflite for '
+              'int8 training')
 _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
            'trains deterministic models: export the model without it (a Stable-Baselines3 '
            'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
@@ -145,6 +181,9 @@ def apply_steps(a, steps):
             a = a * s[1]
         elif s[0] == 'part':
             a = a.reshape(-1)[s[1]:s[2]]
+        elif s[0] == 'dq':          # DequantizeLinear of an int weight: (q - zero) * scale
+            sc, zp = _along(s[1], a, s[3]), _along(s[2], a, s[3])
+            a = (a - zp) * sc
     return a
 
 
@@ -161,7 +200,21 @@ def invert_steps(a, steps):
             a = b
         elif s[0] == 'scale':
             a = a / s[1]
+        elif s[0] == 'dq':          # ... back at the file's scales: rounded, clipped
+            sc, zp = _along(s[1], a, s[3]), _along(s[2], a, s[3])
+            a = np.clip(np.round(a / sc) + zp, s[4], s[5])
     return a
+
+
+def _along(v, a, axis):
+    """A DequantizeLinear's scale or zero point v (a scalar, or one a slice along axis)
+    shaped to broadcast against a."""
+    v = np.asarray(v, np.float64)
+    if v.size == 1 or a.ndim == 0:
+        return v.reshape(())
+    shape = [1] * a.ndim
+    shape[axis % a.ndim] = v.size
+    return v.reshape(shape)
 
 
 # --------------------------------------------------------------------------- folding
@@ -197,6 +250,15 @@ def _fold(node, vals, a):
     not one the shape subgraphs use."""
     t = node.op_type
     x = vals[0] if vals else None
+    if t == 'DequantizeLinear':       # an int8 weight or int32 bias of a QDQ model
+        zp = vals[2] if len(vals) > 2 else 0
+        return apply_steps(x, [('dq', vals[1], zp, int(a.get('axis', 1)))]).astype(np.float32)
+    if t == 'QuantizeLinear':         # (a QDQ model's constant operand)
+        zp = np.asarray(vals[2]) if len(vals) > 2 else np.zeros((), np.uint8)
+        q = np.iinfo(zp.dtype)
+        return np.clip(
+            np.round(np.asarray(x, np.float64) / _along(vals[1], x, int(a.get('axis', 1))))
+            + _along(zp, x, int(a.get('axis', 1))), q.min, q.max).astype(zp.dtype)
     if t == 'Shape':
         s = np.array(x.shape, np.int64)
         return s[a.get('start', 0):a.get('end', None)]
@@ -291,6 +353,7 @@ class _Reader(RecurrentOps):
     def __init__(self, path, model):
         self.path = os.fspath(path)
         self.model = model
+        self.qdq_pairs = _drop_qdq(model.graph)
         self.tensors: list[Tensor] = []
         self.ops: list[Operator] = []
         self.const: dict[str, np.ndarray] = {}      # ONNX value -> constant (ONNX layout)
@@ -307,6 +370,8 @@ class _Reader(RecurrentOps):
         self.fills: set = set()     # constants made of no weight: a ConstantOfShape's fill
         #                             and what is folded from fills and shapes alone
         self.consumers: dict[str, list] = {}
+        # a QDQ model's: activations a QuantizeLinear made, int weights dequantized
+        self.quantized, self.qdq_weights = set(), 0
         self.left: dict = {}        # outputs of the node read that it leaves out -> why
         self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
@@ -567,6 +632,7 @@ class _Reader(RecurrentOps):
         # [(output name, why)]: outputs left out, each needing a node utrain cannot read
         gr.onnx_dropped = self.dropped
         gr.onnx_unread = self.unread       # inputs only those outputs read
+        gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
         # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
         # 'output_probability': the probabilities it wraps): --output takes them too (it
         # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
@@ -665,6 +731,16 @@ class _Reader(RecurrentOps):
             src = ins[0] if ins else None
             if zero_fill is None:       # (x + 0, a zero state's: x as it is)
                 src = next((v for v in present if v not in self.fills), None)
+            if t == 'DequantizeLinear' and src in self.inits and src == ins[0]:
+                # an int weight of a QDQ model: trains dequantized, export writes it back
+                # at the file's scales (rounded, clipped to its type)
+                q = np.iinfo(np.asarray(self.const[src]).dtype)
+                zp = self.const[ins[2]] if len(ins) > 2 and ins[2] else 0
+                self.reshaped[node.output[0]] = (src, [('dq', np.asarray(self.const[ins[1]]),
+                                                        np.asarray(zp), int(a.get('axis', 1)),
+                                                        q.min, q.max)])
+                self.qdq_weights += 1
+                return
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
                      'Add', 'Cast') and (src in self.inits or src in self.reshaped) and \
                     src not in self.fills and (t != 'Add' or zero_fill is None) and \
@@ -798,6 +874,19 @@ class _Reader(RecurrentOps):
         self._ir('ADD', [m, k2], self.out(y, 'plain', xs))
 
     # ---- ops
+    def op_QuantizeLinear(self, node, ins, a, i):
+        """A QDQ model's QuantizeLinear of an activation (onnxruntime's quantize_static, its
+        default QDQ format): read with the DequantizeLinear after it as nothing, the
+        activation float (the model trains dequantized: prepare says so)."""
+        self.quantized.add(node.output[0])
+        self.alias(node.output[0], ins[0])
+
+    def op_DequantizeLinear(self, node, ins, a, i):
+        if ins[0] not in self.quantized:
+            self.err(f'a DequantizeLinear of {ins[0]!r}, which no QuantizeLinear made (an int8 '
+                     f'model input, or a QOperator model): {_QUANTIZED}')
+        self.alias(node.output[0], ins[0])
+
     def op_Identity(self, node, ins, a, i):
         self.alias(node.output[0], ins[0])
 
