@@ -75,8 +75,11 @@ def _drop_qdq(graph) -> int:
     """A QDQ model's QuantizeLinear -> DequantizeLinear pairs of activations (onnxruntime's
     quantize_static writes one after each quantized op) taken out of graph in place, their
     readers reading the float activation (a pair ending the model: the op before it writes
-    the output's name): the model trains dequantized, its patterns (a Flatten read by a
-    Gemm, a GELU) as the float model's.  Returns how many."""
+    the output's name), or a Relu where the pair's range starts at 0 (the quantizer
+    fuses a ReLU into the op before it, the pair's clamp at 0 doing its work): the model
+    trains dequantized, its patterns (a Flatten read by a Gemm, a GELU) as the float
+    model's.  Returns how many."""
+    from onnx import numpy_helper
     inits = {t.name for t in graph.initializer}
     made = {o: n for n in graph.node for o in n.output}
     outs = {o.name for o in graph.output}
@@ -87,6 +90,21 @@ def _drop_qdq(graph) -> int:
                 made.get(q.input[0]) is None and q.input[0] not in {i.name for i in graph.input}:
             continue
         x, y = q.input[0], dq.output[0]
+        zp = next((t for t in graph.initializer if len(q.input) > 2 and t.name == q.input[2]),
+                  None)
+        z = numpy_helper.to_array(zp) if zp is not None else np.zeros((), np.uint8)
+        if z.size == 1 and int(z.reshape(-1)[0]) == np.iinfo(z.dtype).min:
+            # (a range from 0: the pair clamps at 0, a ReLU the quantizer fused into the
+            # op before it, its Relu node gone)
+            dq.op_type = 'Relu'
+            del dq.input[1:]
+            dq.input[0] = x
+            del dq.attribute[:]
+            if not any(q.output[0] in n.input for n in graph.node):
+                graph.node.remove(q)
+            made = {o: n for n in graph.node for o in n.output}
+            done += 1
+            continue
         if y in outs:           # (the float value takes the output's name)
             if x in outs or x in {i.name for i in graph.input}:
                 continue
