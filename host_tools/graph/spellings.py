@@ -632,7 +632,7 @@ def _scales(q):
 
 def _pool_axes(g: Graph, op):
     """(shape, axes) of a REDUCE_MAX / REDUCE_MIN a max pool computes (its reduced axes one
-    run with nothing but size-1 axes before it), else None."""
+    run but for size-1 axes), else None."""
     if len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
         return None
     shape = list(g.tensors[op.inputs[0]].shape)
@@ -641,7 +641,8 @@ def _pool_axes(g: Graph, op):
     axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
     keep = [i for i, n in enumerate(shape) if n != 1]
     red = [i for i in keep if i in axes]
-    return (shape, axes) if red and keep[:len(red)] == red else None
+    at = keep.index(red[0]) if red else 0
+    return (shape, axes) if red and keep[at:at + len(red)] == red else None
 
 
 def reduce_min_to_max(g: Graph) -> int:
@@ -666,31 +667,34 @@ def reduce_min_to_max(g: Graph) -> int:
 
 
 def reduce_max_to_pool(g: Graph) -> int:
-    """REDUCE_MAX over one run of axes with nothing but size-1 axes before it (a global
-    max pool: Keras's GlobalMaxPooling1D/2D) -> MAX_POOL_2D with the reduced axes as its
-    window (the max and its gradient to the maximum are the same), with a RESHAPE to
-    [1, reduced, 1, rest] before it and one to the output's shape after it unless the
+    """REDUCE_MAX over one run of axes but for size-1 axes (a global max pool: Keras's
+    GlobalMaxPooling1D/2D; a max over the last axis, or a middle one) -> MAX_POOL_2D with
+    the reduced axes as its window (the max and its gradient to the maximum are the
+    same), with a RESHAPE to [1, reduced, 1, rest] (axes before it: [1, before, reduced,
+    rest], a window along W) before it and one to the output's shape after it unless the
     input is NHWC with H and W reduced.  Returns how many."""
     done = 0
     for op in list(g.ops):
         if op.name != 'REDUCE_MAX' or _pool_axes(g, op) is None:
-            continue            # (the reduced axes are not one run after size-1 axes)
+            continue            # (the reduced axes are not one run)
         x, y = op.inputs[0], op.outputs[0]
         shape, axes = _pool_axes(g, op)
         keep = [i for i, n in enumerate(shape) if n != 1]
         red = [i for i in keep if i in axes]
         R = int(np.prod([shape[i] for i in red]))
-        C = int(np.prod([shape[i] for i in keep[len(red):]]))
+        P = int(np.prod([shape[i] for i in keep if i < red[0]]))
+        C = int(np.prod([shape[i] for i in keep if i > red[-1]]))
         direct = len(shape) == 4 and axes == {1, 2}
-        kh, kw = (shape[1], shape[2]) if direct else (R, 1)
+        kh, kw = (shape[1], shape[2]) if direct else (R, 1) if P == 1 else (1, R)
+        m4 = [1, R, 1, C] if P == 1 else [1, P, R, C]
         at = op
         if not direct:
-            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C], like=x)
+            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', m4, like=x)
             rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {}, src=op.src)
-            make_reshape(g, rs, [1, R, 1, C])
+            make_reshape(g, rs, m4)
             g.ops.insert(g.ops.index(op), rs)
             x = x4
-        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, 1, 1, C], like=y) if not direct or \
+        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, P, 1, C], like=y) if not direct or \
             list(g.tensors[y].shape) != [1, 1, 1, C] else y
         op.name, op.code = 'MAX_POOL_2D', OP_CODES['MAX_POOL_2D']
         op.inputs, op.outputs = [x], [p]
