@@ -93,7 +93,8 @@ def embedding_ids_back(g: Graph, int_inputs=None) -> int:
     ids reads int32 ones again, as the file had them: the model input's own type where
     int_inputs {input name: dtype} says it was an integer, else a CAST of the float
     input; a third input N (Keras 3's negative ids) becomes SELECT_V2(LESS(i, 0),
-    ADD(i, N), i) again.  Returns how many."""
+    ADD(i, N), i) again; the comparisons id_masks made float are bool again
+    (masks_back).  Returns how many."""
     done = 0
     for op in _tables(g):
         k = op.inputs[1]
@@ -118,7 +119,7 @@ def embedding_ids_back(g: Graph, int_inputs=None) -> int:
         op.inputs = op.inputs[:1] + [i]
         replace_op(g, op, made + [op])
         done += 1
-    return done
+    return done + masks_back(g)
 
 
 _MASKS = ('LESS', 'GREATER', 'GREATER_EQUAL', 'LESS_EQUAL', 'EQUAL', 'NOT_EQUAL')
@@ -170,5 +171,29 @@ def id_masks(g: Graph) -> int:
             elif r.name == 'SELECT_V2':
                 r.name, r.code = 'MUL', OP_CODES['MUL']
                 r.inputs, r.options = [r.inputs[1], r.inputs[0]], dict(NO_ACTIVATION)
+        done += 1
+    return done
+
+
+def masks_back(g: Graph) -> int:
+    """For export: each comparison whose mask id_masks made a float32 tensor (the device's
+    1.0 / 0.0) writes a bool again, CAST to float32 after it (a runtime's comparisons
+    write bool), and a constant operand takes the other operand's type (an int32 ids
+    input again: embedding_ids_back).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        y = op.outputs[0] if op.name in _MASKS and op.outputs else None
+        if y is None or g.tensors[y].dtype != 'float32':
+            continue
+        live = [g.tensors[k].dtype for k in op.inputs if not is_const(g, k)]
+        for p, k in enumerate(op.inputs):
+            t = g.tensors[k]
+            if is_const(g, k) and live and t.dtype != live[0]:
+                op.inputs[p] = new_tensor(g, t.name + '/as_' + live[0], list(t.shape),
+                                          np.asarray(t.data).astype(live[0]))
+        b = new_tensor(g, g.tensors[y].name + '/bool', list(g.tensors[y].shape), dtype='bool')
+        op.outputs = [b]
+        cast = Operator(-1, OP_CODES['CAST'], 'CAST', [b], [y], {}, src=op.src)
+        g.ops.insert(g.ops.index(op) + 1, cast)
         done += 1
     return done

@@ -330,6 +330,18 @@ def test_keras_mask_zero_trains(tmp_path, ints):
     np.testing.assert_allclose(got, forward(x), rtol=1e-5, atol=1e-6)
     run, who, _ = predictor(src)            # (TFLite Micro has no bool EXPAND_DIMS)
     np.testing.assert_allclose(got, run(x), rtol=1e-5, atol=1e-6, err_msg=who)
+    # export writes the mask a bool again (a CAST to float after it), its constant the ids'
+    # type: a runtime runs it (it had written a float NOT_EQUAL of int32 ids and a float)
+    from host_tools.prepare.pipeline import export
+    from host_tools.formats.circle_io import read_model
+    dst = os.fspath(tmp_path / 'e.tflite')
+    export(src, os.fspath(out / 'weights.wof'), dst)
+    h = read_model(dst)
+    ne = next(o for o in h.ops if o.name == 'NOT_EQUAL')
+    assert h.tensors[ne.outputs[0]].dtype == 'bool' and \
+        len({h.tensors[k].dtype for k in ne.inputs}) == 1, [h.tensors[k] for k in ne.inputs]
+    run, who, _ = predictor(dst)
+    np.testing.assert_allclose(got, run(x), rtol=1e-5, atol=1e-6, err_msg=who)
     (tmp_path / 's').mkdir()
     step = _step_is_the_gradient(src, forward, tmp_path / 's', ('emb', 'w'),
                                  np.array([[2, 0, 5, 2, 0]], F32))
