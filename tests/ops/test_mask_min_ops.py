@@ -143,3 +143,34 @@ def test_a_cast_mask_of_floats_is_the_comparison(tmp_path):
 def tflm_run(path, x):
     from test_rewrite import tflm_infer as run
     return np.asarray(run(path, x), np.float64).reshape(len(x), -1)
+
+
+def test_a_sparse_tensor_is_refused_saying_so(tmp_path):
+    """A TFLite sparse tensor (EXPERIMENTAL_SPARSITY: its buffer the nonzero values, a
+    DENSIFY op reading it) had been read as a dense one: 'constant data has 24 bytes, but
+    shape [4, 3] of float32 needs 48'.  It is refused naming the tensor and the
+    conversion option to leave out."""
+    from circle_schema.v0_10 import circle as C
+    from host_tools.formats.circle_build import pack_model
+    from host_tools.formats.circle_io import read_model
+    from host_tools.formats.ir import ModelError
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 3])
+    w = b.tensor('w', [6], data=np.arange(6, dtype=F32))    # 6 of the 12 values
+    d = b.tensor('dense', [4, 3])
+    b.op('DENSIFY', [w], [d])
+    y = b.tensor('y', [1, 4])
+    b.op('FULLY_CONNECTED', [x, d, -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    m = b.model()
+    sp = C.SparsityParameters.SparsityParametersT()
+    sp.traversalOrder = [0, 1]
+    m.subgraphs[0].tensors[w].sparsity = sp
+    m.subgraphs[0].tensors[w].shape = [4, 3]
+    path = tmp_path / 's.tflite'
+    path.write_bytes(pack_model(m, b'TFL3'))
+    with pytest.raises(ModelError) as e:
+        read_model(os.fspath(path))
+    assert "tensor 1 ('w') is a sparse tensor" in str(e.value) and \
+        'EXPERIMENTAL_SPARSITY' in str(e.value), str(e.value)
