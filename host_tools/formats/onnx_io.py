@@ -1451,8 +1451,10 @@ class _Reader(RecurrentOps):
             Wt = Wt.reshape(pre[0][2])
             a = self._as2d(a, 3)
         if Wt.ndim != 4:
-            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 1-D and 2-D '
-                     f'{what} only')
+            from ..graph.passes import CONV3D_HINT
+            self.err(f'weight of shape {list(Wt.shape)} ({Wt.ndim - 2}-D {what}): ' + (
+                CONV3D_HINT if Wt.ndim == 5 and what == 'convolutions' else
+                f'utrain runs 1-D and 2-D {what} only'))
         return Wt, pre, a, r
 
     def op_Conv(self, node, ins, a, i):

@@ -88,6 +88,9 @@ def validate(g: Graph):
             raise PrepareError(f'{where}: op {op.number} is {op.name} (a recurrent layer as one '
                                f'fused op), {UNSUPPORTED}: convert it to the ops of its steps: '
                                + UNROLL)
+        if op.name in ('CONV_3D', 'CONV_3D_TRANSPOSE'):
+            raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras Conv3D), '
+                               f'{UNSUPPORTED}: {CONV3D_HINT}')
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '
@@ -132,6 +135,13 @@ def validate(g: Graph):
                            f'one output (this one has {len(g.inputs)} and {len(g.outputs)}): '
                            'runplan.one_input_output joins its inputs and keeps the output '
                            'the loss reads')
+
+
+# (a 3-D convolution: what to export instead)
+CONV3D_HINT = ('utrain runs 1-D and 2-D convolutions: export the model with the frames '
+               'stacked as a Conv2D\'s channels (an input of [H, W, frames x channels]), or '
+               'fold the frames into H (a Conv2D over [frames x H, W, channels] whose kernel '
+               'is one frame high)')
 
 
 def parse_train(spec, n_ops: int) -> set:

@@ -159,3 +159,14 @@ def test_evaluate_of_several_onnx_inputs_without_onnx_runtime(tmp_path, monkeypa
     got = evaluate(src, tmp_path / 'd.npz')
     assert ref['runtime'] == 'ONNX Runtime' and got['runtime'].startswith('utrain\'s own'), got
     assert got['hits'] == ref['hits'] and abs(got['loss'] - ref['loss']) < 1e-5, (got, ref)
+
+
+def test_a_conv3d_is_refused_saying_what_to_export(tmp_path):
+    from host_tools.formats.onnx_io import read_onnx
+    from host_tools.formats.ir import ModelError
+    net = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Flatten())
+    src = _onnx(net, tmp_path / 'c.onnx', (1, 1, 4, 5, 5))
+    with pytest.raises(ModelError) as e:
+        read_onnx(src)
+    assert '(3-D convolutions)' in str(e.value) and 'frames stacked' in str(e.value), \
+        str(e.value)

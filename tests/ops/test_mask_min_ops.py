@@ -174,3 +174,22 @@ def test_a_sparse_tensor_is_refused_saying_so(tmp_path):
         read_model(os.fspath(path))
     assert "tensor 1 ('w') is a sparse tensor" in str(e.value) and \
         'EXPERIMENTAL_SPARSITY' in str(e.value), str(e.value)
+
+
+def test_a_3d_convolution_is_refused_saying_what_to_export(tmp_path):
+    """CONV_3D (Keras Conv3D) had been refused with the list of supported ops only: it
+    names the layer and what to export instead."""
+    from host_tools.graph.passes import PrepareError, plan
+    from host_tools.formats.circle_io import read_model
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4, 5, 5, 1])
+    w = b.tensor('w', [3, 3, 3, 1, 2], data=np.ones((3, 3, 3, 1, 2), F32))
+    y = b.tensor('y', [1, 2, 3, 3, 2])
+    b.op('CONV_3D', [x, w], [y])
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(tmp_path / 'c.tflite')
+    with pytest.raises(PrepareError) as e:
+        plan(read_model(path))
+    assert 'op 0 is CONV_3D (Keras Conv3D)' in str(e.value) and \
+        'frames stacked as a Conv2D\'s channels' in str(e.value), str(e.value)
