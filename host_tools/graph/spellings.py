@@ -828,3 +828,96 @@ def dilated_convs(g: Graph) -> int:
         renumber(g)
         done += 1
     return done
+
+
+def _same_pads(n, k, s, d):
+    """TFLite's SAME padding of an axis of n, kernel k, stride s, dilation d: (before,
+    after, output size)."""
+    out = -(-n // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+    return total // 2, total - total // 2, out
+
+
+def conv3d_to_conv2d(g: Graph) -> int:
+    """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
+    output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as
+    [1, D*H, W, C], PADded in H and W where SAME) convolved with the tap's [O, kh, kw, C]
+    slice of the weight (one constant per tap, read by every output frame: its gradient
+    summed over them), the taps of an output frame ADDed (the op's activation on the
+    last), the frames joined along H and RESHAPEd to [1, Do, Ho, Wo, O].  A depth tap
+    that falls in the depth padding reads zeros: it is left out.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'CONV_3D' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]) or \
+                g.tensors[op.outputs[0]].dtype != 'float32' or \
+                len(g.tensors[op.inputs[0]].shape) != 5:
+            continue
+        o = op.options
+        x, y = op.inputs[0], op.outputs[0]
+        _, D, H, W, C = g.tensors[x].shape
+        Wt = np.asarray(g.tensors[op.inputs[1]].data, np.float32)
+        kd, kh, kw, _, O = Wt.shape
+        sd, sh, sw = (int(o.get(f'stride_{a}', 1) or 1) for a in 'dhw')
+        dd, dh, dw = (int(o.get(f'dilation_{a}_factor', 1) or 1) for a in 'dhw')
+        same = o.get('padding') == 'SAME'
+        if same:
+            (fd, _, Do), (ph0, ph1, Ho), (pw0, pw1, Wo) = (
+                _same_pads(D, kd, sd, dd), _same_pads(H, kh, sh, dh), _same_pads(W, kw, sw, dw))
+        else:
+            fd = ph0 = ph1 = pw0 = pw1 = 0
+            Do, Ho, Wo = ((n - (k - 1) * dl - 1) // s + 1
+                          for n, k, s, dl in ((D, kd, sd, dd), (H, kh, sh, dh), (W, kw, sw, dw)))
+        lives = [[(i, d * sd + i * dd - fd) for i in range(kd)
+                  if 0 <= d * sd + i * dd - fd < D] for d in range(Do)]
+        if [1, Do, Ho, Wo, O] != list(g.tensors[y].shape) or not all(lives):
+            continue        # (an output frame whose taps all read the padding: left as it is)
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else -1
+        name, made = g.tensors[y].name, []
+
+        def step(op_name, ins, shape, **opts):
+            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shape)
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
+            return out
+        x4 = step('RESHAPE', [x], [1, D * H, W, C])
+        make_reshape(g, made[-1], [1, D * H, W, C])
+        taps = [new_tensor(g, f'{name}/tap{i}', [O, kh, kw, C],
+                           np.ascontiguousarray(Wt[i].transpose(3, 0, 1, 2)))
+                for i in range(kd)]
+        frames, outs, first = {}, [], None
+        for d in range(Do):
+            acc, live = None, lives[d]
+            for n, (i, f) in enumerate(live):
+                if f not in frames:
+                    fr = new_tensor(g, f'{name}/frame{f}', [1, H, W, C])
+                    made.append(slice_op(g, x4, fr, f'{name}/frame{f}', [0, f * H, 0, 0],
+                                         [1, (f + 1) * H, W, C], [1, 1, 1, 1], op.src))
+                    if ph0 or ph1 or pw0 or pw1:
+                        pads = new_tensor(g, f'{name}/frame{f}_pads', [4, 2], np.array(
+                            [[0, 0], [ph0, ph1], [pw0, pw1], [0, 0]], np.int32))
+                        fr = step('PAD', [fr, pads], [1, H + ph0 + ph1, W + pw0 + pw1, C])
+                    frames[f] = fr
+                last = n == len(live) - 1
+                act = o.get('fused_activation_function', 'NONE') if last and n == 0 else 'NONE'
+                c = step('CONV_2D', [frames[f], taps[i], bias if n == 0 else -1], [1, Ho, Wo, O],
+                         padding='VALID', stride_h=sh, stride_w=sw, dilation_h_factor=dh,
+                         dilation_w_factor=dw, fused_activation_function=act)
+                conv = made[-1]
+                if first is None:   # (op itself, rewritten in place: --train and --ranks
+                    first = conv    # select by identity; the other convs train with it)
+                    op.name, op.code, op.inputs, op.outputs, op.options = \
+                        conv.name, conv.code, conv.inputs, conv.outputs, conv.options
+                    made[-1] = op
+                else:
+                    conv.trains_with = op
+                acc = c if acc is None else step(
+                    'ADD', [acc, c], [1, Ho, Wo, O], fused_activation_function=o.get(
+                        'fused_activation_function', 'NONE') if last else 'NONE')
+            outs.append(acc)
+        joined = outs[0] if Do == 1 else step('CONCATENATION', outs, [1, Do * Ho, Wo, O],
+                                              axis=1, fused_activation_function='NONE')
+        made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))
+        make_reshape(g, made[-1], [1, Do, Ho, Wo, O])
+        replace_op(g, op, made)
+        renumber(g)
+        done += 1
+    return done

@@ -193,3 +193,158 @@ def test_a_3d_convolution_is_refused_saying_what_to_export(tmp_path):
         plan(read_model(path))
     assert 'op 0 is CONV_3D (Keras Conv3D)' in str(e.value) and \
         'frames stacked as a Conv2D\'s channels' in str(e.value), str(e.value)
+
+
+# ------------------------------------------------------------------ CONV_3D
+def _conv3d_ref(x, w, b, s, same):
+    """float64 numpy Conv3D: x [D, H, W, C], w [kd, kh, kw, C, O], strides s, TFLite's
+    SAME (pad total max((out - 1) s + k - n, 0), the smaller half first) or VALID."""
+    k = w.shape[:3]
+    if same:
+        outs = [-(-n // st) for n, st in zip(x.shape[:3], s)]
+        tot = [max((o - 1) * st + kk - n, 0) for o, st, kk, n in zip(outs, s, k, x.shape[:3])]
+        x = np.pad(x, [(t // 2, t - t // 2) for t in tot] + [(0, 0)])
+    outs = [(n - kk) // st + 1 for n, kk, st in zip(x.shape[:3], k, s)]
+    y = np.zeros(outs + [w.shape[4]])
+    for d in range(outs[0]):
+        for i in range(outs[1]):
+            for j in range(outs[2]):
+                win = x[d * s[0]:d * s[0] + k[0], i * s[1]:i * s[1] + k[1], j * s[2]:j * s[2] + k[2]]
+                y[d, i, j] = np.tensordot(win, w, axes=4) + b
+    return y
+
+
+def _conv3d_model(path, shape, k, O, s, same, act, seed=0):
+    """x [1, D, H, W, C] -> CONV_3D (act) -> RESHAPE -> FC [2]: (path, forward(x, w, b, fw))."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=tuple(k) + (shape[-1], O)).astype(F32)
+    bias = rng.normal(size=O).astype(F32)
+    y3 = _conv3d_ref(np.zeros(shape), w, bias, s, same).shape
+    n = int(np.prod(y3))
+    fw = (rng.normal(size=(2, n)) / np.sqrt(n)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1] + list(shape))
+    c = b.tensor('c', [1] + list(y3))
+    b.op('CONV_3D', [x, b.tensor('w', list(w.shape), data=w), b.tensor('b', [O], data=bias)],
+         [c], padding='SAME' if same else 'VALID', stride_d=s[0], stride_h=s[1], stride_w=s[2],
+         dilation_d_factor=1, dilation_h_factor=1, dilation_w_factor=1,
+         fused_activation_function=act)
+    r = b.tensor('r', [1, n])
+    b.op('RESHAPE', [c], [r], new_shape=[1, n])
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [r, b.tensor('fw', [2, n], data=fw), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+
+    def forward(xv, w=w, bias=bias, fw=fw):
+        h = _conv3d_ref(np.asarray(xv, np.float64).reshape(shape), w.astype(np.float64), bias, s, same)
+        if act == 'RELU':
+            h = np.maximum(h, 0)
+        return (h.reshape(1, -1) @ np.asarray(fw, np.float64).T).ravel()
+    return b.save(path), forward, w, bias, fw
+
+
+@pytest.mark.parametrize('shape, k, s, same, act', [
+    ((4, 5, 5, 1), (3, 3, 3), (1, 1, 1), False, 'NONE'),          # Keras Conv3D's default
+    ((5, 6, 7, 2), (3, 3, 3), (2, 1, 2), True, 'RELU'),           # SAME, strides, fused ReLU
+    ((3, 6, 5, 1), (2, 3, 1), (1, 2, 1), True, 'NONE'),           # a depth tap in the padding
+])
+def test_conv3d_forward_and_gradients(tmp_path, shape, k, s, same, act):
+    """CONV_3D had been refused: it trains as a CONV_2D per output frame and depth tap
+    (spellings.conv3d_to_conv2d).  Forward = a float64 numpy Conv3D (TFLite's SAME); the
+    gradient of each depth tap's weights (device [O, kh, kw, C] = w[i]'s transpose), the
+    bias and the FC against central differences of that numpy forward."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.formats.circle_io import read_model
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    src, forward, w, bias, fw = _conv3d_model(tmp_path / 'c.tflite', shape, k, 3, s, same, act)
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **kw: None)
+    names = {t.index: t.name for t in read_model(os.fspath(out / 'rewritten.circle')).tensors}
+    assert 'CONV_3D' not in {o.name for o in read_model(os.fspath(out / 'rewritten.circle')).ops}
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    x = np.random.default_rng(5).normal(size=(1,) + shape).astype(F32)
+    tr.set_input(x)
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, forward(x), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.7, -1.3]], F32)
+    tr.net.backward(dy)
+
+    def num(f, v):          # d (y . dy) / d v, central differences in float64
+        v = np.asarray(v, np.float64)
+        g = np.zeros_like(v)
+        for j in np.ndindex(v.shape):
+            e = np.zeros_like(v)
+            e[j] = 1e-4
+            g[j] = (f(v + e) - f(v - e)) @ dy.ravel() / 2e-4
+        return g
+    seen = set()
+    for t in tr.net.trainable:
+        got = np.asarray(tr.net.sink.acc[t], np.float64)
+        n = names[t]
+        if '/tap' in n:
+            i = int(n.rsplit('/tap', 1)[1])
+            want = num(lambda v: forward(x, w=np.concatenate([w[:i], v[None], w[i + 1:]])), w[i])
+            want = want.transpose(3, 0, 1, 2)
+        elif n == 'b':
+            want = num(lambda v: forward(x, bias=v), bias)
+        else:
+            assert n == 'fw', n
+            want = num(lambda v: forward(x, fw=v), fw)
+        np.testing.assert_allclose(got.ravel(), want.ravel(), rtol=2e-3, atol=2e-4, err_msg=n)
+        seen.add(n.split('/tap')[0] + ('/tap' if '/tap' in n else ''))
+    assert len(seen) == 3, seen
+
+
+def test_int8_pad_of_a_frozen_branch_after_the_first_trained_layer(tmp_path):
+    """A float model trained as int8 (--board rp2040): conv A of x (the first trained
+    layer), then PAD(a slice of x made before conv A) -> convs B and C, the sum of the
+    three -> FC.  The PAD's input is below the trained
+    layers, so it passes no gradient, but conv B hands it one: its backward indexed the
+    inputs that take one ('IndexError: tuple index out of range' in utrain.q8cat).  A
+    CONV_3D's frames (SAME) are such PADs."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target.runner import run
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4, 4, 1])
+    q = b.tensor('q', [1, 3, 4, 1])             # (rows 0-2 of x, padded back to 6 x 6)
+    b.op('STRIDED_SLICE', [x] + [b.tensor(n, [4], data=np.array(v, np.int32)) for n, v in (
+        ('begin', [0, 0, 0, 0]), ('end', [1, 3, 4, 1]), ('strides', [1, 1, 1, 1]))], [q])
+    a = b.tensor('a', [1, 4, 4, 2])
+    b.op('CONV_2D', [x, b.tensor('w1', [2, 3, 3, 1], data=rng.normal(size=(2, 3, 3, 1)).astype(F32)),
+                     b.tensor('b1', [2], data=np.zeros(2, F32))], [a], padding='SAME',
+         stride_h=1, stride_w=1, fused_activation_function='RELU')
+    p = b.tensor('p', [1, 6, 6, 1])
+    b.op('PAD', [q, b.tensor('pads', [4, 2], data=np.array([[0, 0], [1, 2], [1, 1], [0, 0]],
+                                                           np.int32))], [p])
+    c = b.tensor('c', [1, 4, 4, 2])
+    b.op('CONV_2D', [p, b.tensor('w2', [2, 3, 3, 1], data=rng.normal(size=(2, 3, 3, 1)).astype(F32)),
+                     b.tensor('b2', [2], data=np.zeros(2, F32))], [c], padding='VALID',
+         stride_h=1, stride_w=1, fused_activation_function='NONE')
+    c2 = b.tensor('c2', [1, 4, 4, 2])          # (a second reader: the PAD stays a layer)
+    b.op('CONV_2D', [p, b.tensor('w3', [2, 3, 3, 1], data=rng.normal(size=(2, 3, 3, 1)).astype(F32)),
+                     b.tensor('b3', [2], data=np.zeros(2, F32))], [c2], padding='VALID',
+         stride_h=1, stride_w=1, fused_activation_function='NONE')
+    s1 = b.tensor('s1', [1, 4, 4, 2])
+    b.op('ADD', [a, c], [s1], fused_activation_function='NONE')
+    s = b.tensor('s', [1, 4, 4, 2])
+    b.op('ADD', [s1, c2], [s], fused_activation_function='NONE')
+    r = b.tensor('r', [1, 32])
+    b.op('RESHAPE', [s], [r], new_shape=[1, 32])
+    y = b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [r, b.tensor('fw', [3, 32], data=rng.normal(size=(3, 32)).astype(F32)
+                                         / 6), b.tensor('fb', [3], data=np.zeros(3, F32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(tmp_path / 'm.tflite')
+    np.savez(tmp_path / 'd.npz', x=rng.random((8, 4, 4, 1)).astype(F32), y=np.arange(8) % 3)
+    out = os.fspath(tmp_path / 'run')
+    prepare(src, out, data=os.fspath(tmp_path / 'd.npz'), board='rp2040', train='all', lr=0.05,
+            epochs=1, log=lambda *a, **k: None)
+    assert os.path.exists(os.path.join(out, 'q8.json'))        # (int8 from float)
+    run(out, python=True)
+    assert os.path.exists(os.path.join(out, 'trained.wof'))
