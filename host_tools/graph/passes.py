@@ -90,7 +90,8 @@ def validate(g: Graph):
                                + UNROLL)
         if op.name in ('CONV_3D', 'CONV_3D_TRANSPOSE'):
             raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras Conv3D), '
-                               f'{UNSUPPORTED}: {CONV3D_HINT}')
+                               f'{UNSUPPORTED} as it is (prepare spells a float CONV_3D '
+                               'with CONV_2Ds, unless --no-rewrite): ' + CONV3D_HINT)
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '
