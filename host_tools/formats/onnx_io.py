@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from .ir import AGAIN, Graph, ModelError, Operator, Tensor, OP_CODES
+from .ir import AGAIN, CONV3D_HINT, Graph, ModelError, Operator, Tensor, OP_CODES
 from .onnx_rnn import RecurrentOps
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
@@ -1451,7 +1451,6 @@ class _Reader(RecurrentOps):
             Wt = Wt.reshape(pre[0][2])
             a = self._as2d(a, 3)
         if Wt.ndim != 4:
-            from ..graph.passes import CONV3D_HINT
             self.err(f'weight of shape {list(Wt.shape)} ({Wt.ndim - 2}-D {what}): ' + (
                 CONV3D_HINT if Wt.ndim == 5 and what == 'convolutions' else
                 f'utrain runs 1-D and 2-D {what} only'))

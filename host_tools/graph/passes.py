@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..formats.circle_io import Graph
+from ..formats.ir import CONV3D_HINT
 from .optable import SPECS, SUPPORTED, COMPARISONS, DW, DB, dx_bit
 
 
@@ -136,13 +137,6 @@ def validate(g: Graph):
                            f'one output (this one has {len(g.inputs)} and {len(g.outputs)}): '
                            'runplan.one_input_output joins its inputs and keeps the output '
                            'the loss reads')
-
-
-# (a 3-D convolution: what to export instead)
-CONV3D_HINT = ('utrain runs 1-D and 2-D convolutions: export the model with the frames '
-               'stacked as a Conv2D\'s channels (an input of [H, W, frames x channels]), or '
-               'fold the frames into H (a Conv2D over [frames x H, W, channels] whose kernel '
-               'is one frame high)')
 
 
 def parse_train(spec, n_ops: int) -> set:
