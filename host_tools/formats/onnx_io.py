@@ -87,8 +87,9 @@ def _drop_qdq(graph) -> int:
     for dq in list(graph.node):
         q = made.get(dq.input[0]) if dq.op_type == 'DequantizeLinear' and dq.input else None
         if q is None or q.op_type != 'QuantizeLinear' or q.input[0] in inits or \
-                made.get(q.input[0]) is None and q.input[0] not in {i.name for i in graph.input}:
-            continue
+                made.get(q.input[0]) is None and q.input[0] not in {i.name for i in graph.input} \
+                or made.get(q.input[0]) is not None and made[q.input[0]].op_type == 'Constant':
+            continue        # (a constant's pair: folded, its value the file's rounding)
         x, y = q.input[0], dq.output[0]
         zp = next((t for t in graph.initializer if len(q.input) > 2 and t.name == q.input[2]),
                   None)

@@ -170,3 +170,39 @@ def test_a_conv3d_is_refused_saying_what_to_export(tmp_path):
         read_onnx(src)
     assert '(3-D convolutions)' in str(e.value) and 'frames stacked' in str(e.value), \
         str(e.value)
+
+
+def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
+    """quantize_static quantizes a Mul's constant too (0.1 * h: a Constant node, its
+    QuantizeLinear / DequantizeLinear pair folded to the rounded value); the pair of a
+    constant whose range starts at 0 had been read as a Relu of it, which no constant
+    folding takes ('cannot fold this op on constants')."""
+    pytest.importorskip('onnxruntime')
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from host_tools.prepare.infer import utrain_predictor
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 5), nn.Linear(5, 2)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.b(torch.where(h != 0, h, 0.1 * self.a(x)))
+    torch.manual_seed(0)
+    fp = _onnx(Net(), tmp_path / 'f.onnx', (1, 4), names=['x'])
+    xs = np.random.default_rng(0).normal(size=(16, 4)).astype(F32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{'x': x[None]} for x in xs])
+
+        def get_next(self):
+            return next(self.it, None)
+    src = os.fspath(tmp_path / 'q.onnx')
+    quantize_static(fp, src, Reader())
+    import onnxruntime as ort
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    ref = np.concatenate([sess.run(None, {'x': x[None]})[0] for x in xs])
+    got = utrain_predictor(src)(xs)
+    assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max(), (got, ref)
