@@ -361,6 +361,14 @@ def _subgraph(path, raw: bytes, model, si: int):
         bi = int(t.buffer or 0)
         payload = _buffer_bytes(path, raw, model, bi, f"{at}tensor {ti} ({name!r})")
         data = None
+        if payload is not None and getattr(t, 'sparsity', None) is not None:
+            # (its bytes are the nonzero values and their indices, which had been read as
+            # a dense tensor's: 'constant data has 244 bytes, but ... needs 2048')
+            raise ModelError(path, f"{at}tensor {ti} ({name!r}) is a sparse tensor (TFLite's "
+                                   "tf.lite.Optimize.EXPERIMENTAL_SPARSITY, read by a DENSIFY "
+                                   "op), which utrain does not read: convert the model without "
+                                   "that optimization (its weights stay the pruned ones, zeros "
+                                   "kept)")
         if payload is not None:
             data = _tensor_data(path, ti, t, dtype, shape, payload)
         sig = [int(d) for d in t.shapeSignature] if t.shapeSignature is not None else None

@@ -251,3 +251,10 @@ def atomic_write(out_path, data: bytes) -> None:
                           + ('the previous file is kept' if os.path.exists(out_path)
                              else 'nothing was written')) from None
         raise
+
+
+# (a 3-D convolution: what to export instead)
+CONV3D_HINT = ('utrain runs 1-D and 2-D convolutions: export the model with the frames '
+               'stacked as a Conv2D\'s channels (an input of [H, W, frames x channels]), or '
+               'fold the frames into H (a Conv2D over [frames x H, W, channels] whose kernel '
+               'is one frame high)')

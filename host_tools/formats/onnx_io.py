@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from .ir import AGAIN, Graph, ModelError, Operator, Tensor, OP_CODES
+from .ir import AGAIN, CONV3D_HINT, Graph, ModelError, Operator, Tensor, OP_CODES
 from .onnx_rnn import RecurrentOps
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
@@ -63,23 +63,95 @@ def _twin_list(vals, fill):
         out[_pos(len(vals))[a]] = v
     return out
 
+# comparisons of activations: a 1.0 / 0.0 mask (utrain.op_elem), no gradient; Not of
+# one is the opposite comparison
+_CMP = {'Equal': 'EQUAL', 'Less': 'LESS', 'Greater': 'GREATER', 'LessOrEqual': 'LESS_EQUAL',
+        'GreaterOrEqual': 'GREATER_EQUAL'}
+_NOT = {'EQUAL': 'NOT_EQUAL', 'NOT_EQUAL': 'EQUAL', 'LESS': 'GREATER_EQUAL',
+        'GREATER_EQUAL': 'LESS', 'GREATER': 'LESS_EQUAL', 'LESS_EQUAL': 'GREATER'}
+
+
+def _drop_qdq(graph) -> int:
+    """A QDQ model's QuantizeLinear -> DequantizeLinear pairs of activations (onnxruntime's
+    quantize_static writes one after each quantized op) taken out of graph in place, their
+    readers reading the float activation (a pair ending the model: the op before it writes
+    the output's name), or a Relu where the pair's range starts at 0 (the quantizer
+    fuses a ReLU into the op before it, the pair's clamp at 0 doing its work): the model
+    trains dequantized, its patterns (a Flatten read by a Gemm, a GELU) as the float
+    model's.  Returns how many."""
+    from onnx import numpy_helper
+    inits = {t.name for t in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+    outs = {o.name for o in graph.output}
+    done = 0
+    for dq in list(graph.node):
+        q = made.get(dq.input[0]) if dq.op_type == 'DequantizeLinear' and dq.input else None
+        if q is None or q.op_type != 'QuantizeLinear' or q.input[0] in inits or \
+                made.get(q.input[0]) is None and q.input[0] not in {i.name for i in graph.input} \
+                or made.get(q.input[0]) is not None and made[q.input[0]].op_type == 'Constant':
+            continue        # (a constant's pair: folded, its value the file's rounding)
+        x, y = q.input[0], dq.output[0]
+        zp = next((t for t in graph.initializer if len(q.input) > 2 and t.name == q.input[2]),
+                  None)
+        z = numpy_helper.to_array(zp) if zp is not None else np.zeros((), np.uint8)
+        if z.size == 1 and int(z.reshape(-1)[0]) == np.iinfo(z.dtype).min:
+            # (a range from 0: the pair clamps at 0, a ReLU the quantizer fused into the
+            # op before it, its Relu node gone)
+            dq.op_type = 'Relu'
+            del dq.input[1:]
+            dq.input[0] = x
+            del dq.attribute[:]
+            if not any(q.output[0] in n.input for n in graph.node):
+                graph.node.remove(q)
+            made = {o: n for n in graph.node for o in n.output}
+            done += 1
+            continue
+        if y in outs:           # (the float value takes the output's name)
+            if x in outs or x in {i.name for i in graph.input}:
+                continue
+            old, new = x, y
+        else:
+            old, new = y, x
+        graph.node.remove(dq)
+        if not any(q.output[0] in n.input for n in graph.node):
+            graph.node.remove(q)
+        for n in graph.node:
+            for lst in (n.input, n.output):
+                for j, v in enumerate(lst):
+                    if v == old:
+                        lst[j] = new
+        made = {o: n for n in graph.node for o in n.output}
+        done += 1
+    return done
+
+
+class _Node:
+    """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
+    op_type = ''
+
+    def __init__(self, output):
+        self.output, self.input, self.name = output, [], output[0]
+
+
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
     'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
+    'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
     'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
-_QUANTIZED = ('a model quantized by onnxruntime.quantization (quantize_dynamic or '
-              'quantize_static), whose int8 weights utrain does not write back into the '
-              '.onnx: give utrain the float model from before quantizing it (its training '
-              'is float32 anyway; quantize the exported model again after), or a '
-              'full-integer .tflite for int8 training')
+_QUANTIZED = ('a model quantized by onnxruntime.quantization in its QOperator format '
+              '(quantize_dynamic, or quantize_static with quant_format=QOperator), whose '
+              'integer ops utrain does not run: quantize_static\'s default QDQ format trains '
+              '(dequantized), or give utrain the float model from before quantizing it '
+              '(quantize the exported model again after), or a full-integer .tflite for '
+              'int8 training')
 _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
            'trains deterministic models: export the model without it (a Stable-Baselines3 '
            'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
@@ -128,6 +200,9 @@ def apply_steps(a, steps):
             a = a * s[1]
         elif s[0] == 'part':
             a = a.reshape(-1)[s[1]:s[2]]
+        elif s[0] == 'dq':          # DequantizeLinear of an int weight: (q - zero) * scale
+            sc, zp = _along(s[1], a, s[3]), _along(s[2], a, s[3])
+            a = (a - zp) * sc
     return a
 
 
@@ -144,7 +219,21 @@ def invert_steps(a, steps):
             a = b
         elif s[0] == 'scale':
             a = a / s[1]
+        elif s[0] == 'dq':          # ... back at the file's scales: rounded, clipped
+            sc, zp = _along(s[1], a, s[3]), _along(s[2], a, s[3])
+            a = np.clip(np.round(a / sc) + zp, s[4], s[5])
     return a
+
+
+def _along(v, a, axis):
+    """A DequantizeLinear's scale or zero point v (a scalar, or one a slice along axis)
+    shaped to broadcast against a."""
+    v = np.asarray(v, np.float64)
+    if v.size == 1 or a.ndim == 0:
+        return v.reshape(())
+    shape = [1] * a.ndim
+    shape[axis % a.ndim] = v.size
+    return v.reshape(shape)
 
 
 # --------------------------------------------------------------------------- folding
@@ -180,6 +269,15 @@ def _fold(node, vals, a):
     not one the shape subgraphs use."""
     t = node.op_type
     x = vals[0] if vals else None
+    if t == 'DequantizeLinear':       # an int8 weight or int32 bias of a QDQ model
+        zp = vals[2] if len(vals) > 2 else 0
+        return apply_steps(x, [('dq', vals[1], zp, int(a.get('axis', 1)))]).astype(np.float32)
+    if t == 'QuantizeLinear':         # (a QDQ model's constant operand)
+        zp = np.asarray(vals[2]) if len(vals) > 2 else np.zeros((), np.uint8)
+        q = np.iinfo(zp.dtype)
+        return np.clip(
+            np.round(np.asarray(x, np.float64) / _along(vals[1], x, int(a.get('axis', 1))))
+            + _along(zp, x, int(a.get('axis', 1))), q.min, q.max).astype(zp.dtype)
     if t == 'Shape':
         s = np.array(x.shape, np.int64)
         return s[a.get('start', 0):a.get('end', None)]
@@ -274,6 +372,7 @@ class _Reader(RecurrentOps):
     def __init__(self, path, model):
         self.path = os.fspath(path)
         self.model = model
+        self.qdq_pairs = _drop_qdq(model.graph)
         self.tensors: list[Tensor] = []
         self.ops: list[Operator] = []
         self.const: dict[str, np.ndarray] = {}      # ONNX value -> constant (ONNX layout)
@@ -290,6 +389,8 @@ class _Reader(RecurrentOps):
         self.fills: set = set()     # constants made of no weight: a ConstantOfShape's fill
         #                             and what is folded from fills and shapes alone
         self.consumers: dict[str, list] = {}
+        # a QDQ model's: activations a QuantizeLinear made, int weights dequantized
+        self.quantized, self.qdq_weights = set(), 0
         self.left: dict = {}        # outputs of the node read that it leaves out -> why
         self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
@@ -550,6 +651,7 @@ class _Reader(RecurrentOps):
         # [(output name, why)]: outputs left out, each needing a node utrain cannot read
         gr.onnx_dropped = self.dropped
         gr.onnx_unread = self.unread       # inputs only those outputs read
+        gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
         # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
         # 'output_probability': the probabilities it wraps): --output takes them too (it
         # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
@@ -648,6 +750,16 @@ class _Reader(RecurrentOps):
             src = ins[0] if ins else None
             if zero_fill is None:       # (x + 0, a zero state's: x as it is)
                 src = next((v for v in present if v not in self.fills), None)
+            if t == 'DequantizeLinear' and src in self.inits and src == ins[0]:
+                # an int weight of a QDQ model: trains dequantized, export writes it back
+                # at the file's scales (rounded, clipped to its type)
+                q = np.iinfo(np.asarray(self.const[src]).dtype)
+                zp = self.const[ins[2]] if len(ins) > 2 and ins[2] else 0
+                self.reshaped[node.output[0]] = (src, [('dq', np.asarray(self.const[ins[1]]),
+                                                        np.asarray(zp), int(a.get('axis', 1)),
+                                                        q.min, q.max)])
+                self.qdq_weights += 1
+                return
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
                      'Add', 'Cast') and (src in self.inits or src in self.reshaped) and \
                     src not in self.fills and (t != 'Add' or zero_fill is None) and \
@@ -781,6 +893,19 @@ class _Reader(RecurrentOps):
         self._ir('ADD', [m, k2], self.out(y, 'plain', xs))
 
     # ---- ops
+    def op_QuantizeLinear(self, node, ins, a, i):
+        """A QDQ model's QuantizeLinear of an activation (onnxruntime's quantize_static, its
+        default QDQ format): read with the DequantizeLinear after it as nothing, the
+        activation float (the model trains dequantized: prepare says so)."""
+        self.quantized.add(node.output[0])
+        self.alias(node.output[0], ins[0])
+
+    def op_DequantizeLinear(self, node, ins, a, i):
+        if ins[0] not in self.quantized:
+            self.err(f'a DequantizeLinear of {ins[0]!r}, which no QuantizeLinear made (an int8 '
+                     f'model input, or a QOperator model): {_QUANTIZED}')
+        self.alias(node.output[0], ins[0])
+
     def op_Identity(self, node, ins, a, i):
         self.alias(node.output[0], ins[0])
 
@@ -1061,7 +1186,13 @@ class _Reader(RecurrentOps):
         self.err('Erf outside the GELU pattern x * 0.5 * (1 + erf(x / sqrt(2)))')
 
     def _binary_name(self, t):
-        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU'}[t]
+        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU',
+                **_CMP}[t]
+
+    def op_Equal(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    op_Less = op_Greater = op_LessOrEqual = op_GreaterOrEqual = op_Equal
 
     def op_Div(self, node, ins, a, i):
         if self._gelu(i):
@@ -1097,6 +1228,37 @@ class _Reader(RecurrentOps):
         self._binary(node, ins)
 
     def _binary(self, node, ins):
+        xs, lay, out_shape = self._operands(node, ins)
+        name = self._binary_name(node.op_type)
+        self.emit(name, xs, [self.out(node.output[0], lay, out_shape)],
+                  **({} if name == 'PRELU' or name in _CMP.values()
+                     else {'fused_activation_function': 'NONE'}))
+
+    def op_Where(self, node, ins, a, i):
+        """torch.where(c, a, b): SELECT_V2 of the mask (a comparison's 1.0 / 0.0) and the
+        two sides, each getting the gradient where it was taken (a constant side frozen)."""
+        xs, lay, out_shape = self._operands(node, ins)
+        self.emit('SELECT_V2', xs, [self.out(node.output[0], lay, out_shape)])
+
+    def op_Not(self, node, ins, a, i):
+        """Not of a comparison this reader made (Not(Equal): torch's !=, a Keras-style
+        mask): the opposite comparison (NOT_EQUAL, GREATER_EQUAL, ...) where the Not is its
+        mask's one reader; else 1 - mask."""
+        v = ins[0]
+        op = next((o for o in reversed(self.ops) if o.name in _NOT and
+                   any(v in m and m[v] == o.outputs[0] for m in (self.plain, self.nhwc))), None)
+        if op is not None and len(self.consumers.get(v, [])) == 1 and \
+                v not in [o.name for o in self.model.graph.output]:
+            op.name = _NOT[op.name]
+            op.code = OP_CODES[op.name]
+            return self.alias(node.output[0], v)
+        self._unary_chain(node, ins, lambda x, y, b: self._ir('ADD', [self._ir(
+            'MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/negated'),
+            self._scalar(b + '/one', 1.0)], y))
+
+    def _operands(self, node, ins):
+        """The IR tensors of an elementwise node's operands (constants as float32 tensors
+        laid out as the activations), their layout and the output's shape."""
         acts = [v for v in ins if v not in self.const]
         out_shape = self.oshape(node.output[0]) if node.output[0] in self.shape else \
             list(np.broadcast_shapes(*[tuple(self.oshape(v)) if v not in self.const
@@ -1129,9 +1291,7 @@ class _Reader(RecurrentOps):
                 xs.append(self.get(v, lay))
         if len(acts) == 0:
             self.err('no activation operand')
-        name = self._binary_name(node.op_type)
-        self.emit(name, xs, [self.out(node.output[0], lay, out_shape)],
-                  **({} if name == 'PRELU' else {'fused_activation_function': 'NONE'}))
+        return xs, lay, out_shape
 
     # ---- dense
     def op_Gemm(self, node, ins, a, i):
@@ -1292,8 +1452,9 @@ class _Reader(RecurrentOps):
             Wt = Wt.reshape(pre[0][2])
             a = self._as2d(a, 3)
         if Wt.ndim != 4:
-            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 1-D and 2-D '
-                     f'{what} only')
+            self.err(f'weight of shape {list(Wt.shape)} ({Wt.ndim - 2}-D {what}): ' + (
+                CONV3D_HINT if Wt.ndim == 5 and what == 'convolutions' else
+                f'utrain runs 1-D and 2-D {what} only'))
         return Wt, pre, a, r
 
     def op_Conv(self, node, ins, a, i):
@@ -1549,6 +1710,18 @@ class _Reader(RecurrentOps):
             self.nhwc[o], self.shape[o] = pooled, out
         else:
             self.reshape_to(pooled, out, out=self.out(o, 'plain', out))
+
+    def op_ReduceMin(self, node, ins, a, i):
+        """min(x) = -max(-x) (torch.amin): a MUL by -1, ReduceMax's pool, a MUL by -1; the
+        gradient goes to the minimum as the max's goes to the maximum."""
+        v, o = ins[0], node.output[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        self._ir('MUL', [self.get(v, lay), self._scalar(o + '/minus_one', -1.0)],
+                 self.out(o + '/negated', lay, self.oshape(v)))
+        self.op_ReduceMax(_Node([o + '/max']), [o + '/negated'] + list(ins[1:]), a, i)
+        lay = 'nhwc' if o + '/max' in self.nhwc else 'plain'
+        self._ir('MUL', [self.get(o + '/max', lay), self._scalar(o + '/minus_one_out', -1.0)],
+                 self.out(o, lay, self.oshape(o + '/max')))
 
     def op_GlobalMaxPool(self, node, ins, a, i):
         r = len(self.oshape(ins[0]))

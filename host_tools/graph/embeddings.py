@@ -75,10 +75,17 @@ def embedding_gathers(g: Graph) -> int:
             done += 1
         k = op.inputs[1]
         if k in g.inputs and g.tensors[k].dtype in ('int32', 'int64') and all(
-                r.name == 'GATHER' and r.inputs.index(k) == 1 for r in consumers(g, k)):
+                r.name == 'GATHER' and r.inputs.index(k) == 1 or _masks_ids(g, r, k)
+                for r in consumers(g, k)):
             g.tensors[k].dtype = 'float32'
             done += 1
     return done
+
+
+def _masks_ids(g: Graph, r: Operator, k: int) -> bool:
+    """r compares the ids k with a constant (Keras's mask_zero: NOT_EQUAL(ids, 0))."""
+    return r.name in _MASKS and len(r.inputs) == 2 and k in r.inputs and \
+        all(u == k or is_const(g, u) for u in r.inputs)
 
 
 def embedding_ids_back(g: Graph, int_inputs=None) -> int:
@@ -86,7 +93,8 @@ def embedding_ids_back(g: Graph, int_inputs=None) -> int:
     ids reads int32 ones again, as the file had them: the model input's own type where
     int_inputs {input name: dtype} says it was an integer, else a CAST of the float
     input; a third input N (Keras 3's negative ids) becomes SELECT_V2(LESS(i, 0),
-    ADD(i, N), i) again.  Returns how many."""
+    ADD(i, N), i) again; the comparisons id_masks made float are bool again
+    (masks_back).  Returns how many."""
     done = 0
     for op in _tables(g):
         k = op.inputs[1]
@@ -111,24 +119,29 @@ def embedding_ids_back(g: Graph, int_inputs=None) -> int:
         op.inputs = op.inputs[:1] + [i]
         replace_op(g, op, made + [op])
         done += 1
-    return done
+    return done + masks_back(g)
+
+
+_MASKS = ('LESS', 'GREATER', 'GREATER_EQUAL', 'LESS_EQUAL', 'EQUAL', 'NOT_EQUAL')
 
 
 def id_masks(g: Graph) -> int:
-    """Keras's Embedding(mask_zero=True): NOT_EQUAL(ids, c) -> a bool mask that Keras
-    CASTs to float (the pooling's count) and SELECT_V2(mask, rows, 0)s the gathered rows
-    with.  For integer ids (the embedding's, floats here) the mask is min(|ids - c|, 1):
-    d = ids - c, a = 2 RELU(d) - d, a - RELU(a - 1), float 0 / 1; its CASTs go, and a
-    SELECT_V2 of it against zeros is a MUL by it (the rows' gradient times the mask, the
-    select's).  Only where every reader of the mask (through EXPAND_DIMS / RESHAPE) is
-    one of those.  Returns how many."""
+    """A comparison's bool mask as the device holds it, a 1.0 / 0.0 float (utrain.op_elem):
+    Keras's Embedding(mask_zero=True) NOT_EQUAL(ids, 0), tf.cast(x > c, tf.float32).
+    Where every reader of the mask (through EXPAND_DIMS / RESHAPE) is a CAST to float32
+    or a SELECT_V2 of it against zeros, the CASTs go and the select is a MUL by it (the
+    rows' gradient times the mask, the select's); an integer constant operand is read
+    as a float32 one (the ids are floats here: embedding_gathers).  The comparison stays
+    an op: no gradient passes it (an id mask had been spelled min(|x - c|, 1) in RELUs,
+    which is no mask of a float x between integers and passed x a gradient).  Returns
+    how many."""
     done = 0
     for op in list(g.ops):
-        if op.name != 'NOT_EQUAL' or len(op.inputs) != 2 or g.tensors[op.inputs[0]].dtype != 'float32':
+        if op.name not in _MASKS or len(op.inputs) != 2 or \
+                g.tensors[op.outputs[0]].dtype != 'bool':
             continue
-        x, c = op.inputs
-        cv = const_ints(g, c)
-        if cv is None or len(cv) != 1 or is_const(g, x):
+        if any(g.tensors[k].dtype not in ('float32', 'int32', 'int64') for k in op.inputs) or \
+                any(g.tensors[k].dtype != 'float32' and not is_const(g, k) for k in op.inputs):
             continue
         bools, readers, todo = [op.outputs[0]], [], [op.outputs[0]]
         while todo:
@@ -142,26 +155,45 @@ def id_masks(g: Graph) -> int:
                  r.name == 'SELECT_V2' and r.inputs[0] in bools and r.inputs[1] not in bools
                  and is_const(g, r.inputs[2]) and not np.any(g.tensors[r.inputs[2]].data)
                  for r in readers)
-        if not ok or any(k in g.outputs for k in bools):
+        if not ok or any(k in g.outputs for k in bools) or \
+                not any(r.name in ('CAST', 'SELECT_V2') for r in readers):
             continue
         for k in bools:
             g.tensors[k].dtype = 'float32'
-        name = g.tensors[op.outputs[0]].name
-        one = new_tensor(g, name + '/one', [], np.array(1.0, np.float32))
-        two = new_tensor(g, name + '/two', [], np.array(2.0, np.float32))
-        steps = [('SUB', [x, new_tensor(g, name + '/c', [], np.array(float(cv[0]), np.float32))],
-                  NO_ACTIVATION, None)] if cv[0] else []
-        d = 'prev' if steps else x
-        steps += [('RELU', [d], {}, None), ('MUL', ['prev', two], NO_ACTIVATION, None),
-                  ('SUB', ['prev', d if d == x else f'@{0}'], NO_ACTIVATION, None),
-                  ('SUB', ['prev', one], NO_ACTIVATION, None), ('RELU', ['prev'], {}, None),
-                  ('SUB', [f'@{len(steps) + 2}', 'prev'], NO_ACTIVATION, None)]
-        spell(g, op, steps)
+        for p, k in enumerate(op.inputs):
+            t = g.tensors[k]
+            if t.dtype != 'float32':
+                op.inputs[p] = new_tensor(g, t.name + '/as_float', list(t.shape),
+                                          np.asarray(t.data, np.float32).reshape(t.shape))
         for r in readers:
             if r.name == 'CAST':
                 bypass(g, r, r.inputs[0], r.outputs[0])
             elif r.name == 'SELECT_V2':
                 r.name, r.code = 'MUL', OP_CODES['MUL']
                 r.inputs, r.options = [r.inputs[1], r.inputs[0]], dict(NO_ACTIVATION)
+        done += 1
+    return done
+
+
+def masks_back(g: Graph) -> int:
+    """For export: each comparison whose mask id_masks made a float32 tensor (the device's
+    1.0 / 0.0) writes a bool again, CAST to float32 after it (a runtime's comparisons
+    write bool), and a constant operand takes the other operand's type (an int32 ids
+    input again: embedding_ids_back).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        y = op.outputs[0] if op.name in _MASKS and op.outputs else None
+        if y is None or g.tensors[y].dtype != 'float32':
+            continue
+        live = [g.tensors[k].dtype for k in op.inputs if not is_const(g, k)]
+        for p, k in enumerate(op.inputs):
+            t = g.tensors[k]
+            if is_const(g, k) and live and t.dtype != live[0]:
+                op.inputs[p] = new_tensor(g, t.name + '/as_' + live[0], list(t.shape),
+                                          np.asarray(t.data).astype(live[0]))
+        b = new_tensor(g, g.tensors[y].name + '/bool', list(g.tensors[y].shape), dtype='bool')
+        op.outputs = [b]
+        cast = Operator(-1, OP_CODES['CAST'], 'CAST', [b], [y], {}, src=op.src)
+        g.ops.insert(g.ops.index(op) + 1, cast)
         done += 1
     return done

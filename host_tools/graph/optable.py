@@ -1164,7 +1164,7 @@ SPECS.update({s.name: s for s in [
 # 0.0 mask, broadcast as ADD's; no gradient: no data input) and SELECT, SELECT_V2 in
 # op_sel (c ? a : b; a and b get the gradient where they were taken).
 
-COMPARISONS = ('LESS', 'GREATER', 'GREATER_EQUAL', 'LESS_EQUAL')
+COMPARISONS = ('LESS', 'GREATER', 'GREATER_EQUAL', 'LESS_EQUAL', 'EQUAL', 'NOT_EQUAL')
 
 
 def _sel_options(op, g):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..formats.circle_io import Graph
+from ..formats.ir import CONV3D_HINT
 from .optable import SPECS, SUPPORTED, COMPARISONS, DW, DB, dx_bit
 
 
@@ -88,6 +89,10 @@ def validate(g: Graph):
             raise PrepareError(f'{where}: op {op.number} is {op.name} (a recurrent layer as one '
                                f'fused op), {UNSUPPORTED}: convert it to the ops of its steps: '
                                + UNROLL)
+        if op.name in ('CONV_3D', 'CONV_3D_TRANSPOSE'):
+            raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras Conv3D), '
+                               f'{UNSUPPORTED} as it is (prepare spells a float CONV_3D '
+                               'with CONV_2Ds, unless --no-rewrite): ' + CONV3D_HINT)
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '

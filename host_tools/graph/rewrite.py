@@ -45,6 +45,11 @@ and returns how many changes it made:
                       integer constants: Keras's Reshape/Flatten with a dynamic batch)
                       computed once into constants.
 * unit_reductions     a reduction over size-1 axes only -> a RESHAPE.
+* conv3d_to_conv2d    a float CONV_3D -> a CONV_2D per output frame and depth tap (the
+                      frames STRIDED_SLICEs, the taps' weights constants read by every
+                      frame), ADDed, joined along H and RESHAPEd to the 5-D output.
+* reduce_min_to_max   REDUCE_MIN that a max pool computes -> MUL by -1, REDUCE_MAX, MUL
+                      by -1 (min(x) = -max(-x)), which the next pass makes a pool.
 * reduce_max_to_pool  REDUCE_MAX over one run of axes (a global max pool) -> a
                       MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it
                       where the input is not NHWC with H and W reduced).
@@ -64,8 +69,8 @@ from .qparams import dequantize
 from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
-from .spellings import (dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
-                        reduce_max_to_pool, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
+from .spellings import (conv3d_to_conv2d, dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
+                        reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
@@ -77,7 +82,8 @@ from .copies import first_steps, scaled_copies, still_shared, unshare_constants
 LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, True))
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
           ('scaled_copies', scaled_copies, False),
-          ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
+          ('shapes', fold_shapes, True), ('conv3d', conv3d_to_conv2d, False),
+          ('takes', gathers_to_slices, True),
           ('slices', slice_to_strided, True), ('reversed_slices', reversed_slices, False),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
@@ -86,7 +92,7 @@ PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, Fa
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('unit_reductions', unit_reductions, True),
-          ('max_pools', reduce_max_to_pool, True),
+          ('min_reductions', reduce_min_to_max, False), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
           ('separable_biases', separable_biases, False),
           ('groups', split_groups, True))

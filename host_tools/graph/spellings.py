@@ -630,35 +630,71 @@ def _scales(q):
                                [int(a) for a in q.get('zero_point') or []])
 
 
+def _pool_axes(g: Graph, op):
+    """(shape, axes) of a REDUCE_MAX / REDUCE_MIN a max pool computes (its reduced axes one
+    run but for size-1 axes), else None."""
+    if len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+        return None
+    shape = list(g.tensors[op.inputs[0]].shape)
+    if not shape:
+        return None
+    axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
+    keep = [i for i, n in enumerate(shape) if n != 1]
+    red = [i for i in keep if i in axes]
+    at = keep.index(red[0]) if red else 0
+    return (shape, axes) if red and keep[at:at + len(red)] == red else None
+
+
+def reduce_min_to_max(g: Graph) -> int:
+    """REDUCE_MIN that a max pool computes (reduce_max_to_pool) -> MUL by -1, REDUCE_MAX,
+    MUL by -1: min(x) = -max(-x), and its gradient goes to the minimum as the max's goes
+    to the maximum (tf.reduce_min, Keras's min over time, ONNX ReduceMin).  Float only.
+    Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'REDUCE_MIN' or _pool_axes(g, op) is None or \
+                g.tensors[op.outputs[0]].dtype != 'float32':
+            continue
+        x, ax = op.inputs[:2]
+        name = g.tensors[op.outputs[0]].name
+        minus = [new_tensor(g, f'{name}/minus_one{j}', [], np.array(-1.0, np.float32))
+                 for j in range(2)]
+        spell(g, op, [('MUL', [x, minus[0]], NO_ACTIVATION, list(g.tensors[x].shape)),
+                      ('REDUCE_MAX', ['prev', ax], dict(op.options), None),
+                      ('MUL', ['prev', minus[1]], NO_ACTIVATION, None)], own=1)
+        done += 1
+    return done
+
+
 def reduce_max_to_pool(g: Graph) -> int:
-    """REDUCE_MAX over one run of axes with nothing but size-1 axes before it (a global
-    max pool: Keras's GlobalMaxPooling1D/2D) -> MAX_POOL_2D with the reduced axes as its
-    window (the max and its gradient to the maximum are the same), with a RESHAPE to
-    [1, reduced, 1, rest] before it and one to the output's shape after it unless the
+    """REDUCE_MAX over one run of axes but for size-1 axes (a global max pool: Keras's
+    GlobalMaxPooling1D/2D; a max over the last axis, or a middle one) -> MAX_POOL_2D with
+    the reduced axes as its window (the max and its gradient to the maximum are the
+    same), with a RESHAPE to [1, reduced, 1, rest] (axes before it: [1, before, reduced,
+    rest], a window along W) before it and one to the output's shape after it unless the
     input is NHWC with H and W reduced.  Returns how many."""
     done = 0
     for op in list(g.ops):
-        if op.name != 'REDUCE_MAX' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
-            continue
+        if op.name != 'REDUCE_MAX' or _pool_axes(g, op) is None:
+            continue            # (the reduced axes are not one run)
         x, y = op.inputs[0], op.outputs[0]
-        shape = list(g.tensors[x].shape)
-        axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
+        shape, axes = _pool_axes(g, op)
         keep = [i for i, n in enumerate(shape) if n != 1]
         red = [i for i in keep if i in axes]
-        if not red or keep[:len(red)] != red:
-            continue            # the reduced axes are not one run after size-1 axes
         R = int(np.prod([shape[i] for i in red]))
-        C = int(np.prod([shape[i] for i in keep[len(red):]]))
+        P = int(np.prod([shape[i] for i in keep if i < red[0]]))
+        C = int(np.prod([shape[i] for i in keep if i > red[-1]]))
         direct = len(shape) == 4 and axes == {1, 2}
-        kh, kw = (shape[1], shape[2]) if direct else (R, 1)
+        kh, kw = (shape[1], shape[2]) if direct else (R, 1) if P == 1 else (1, R)
+        m4 = [1, R, 1, C] if P == 1 else [1, P, R, C]
         at = op
         if not direct:
-            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C], like=x)
+            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', m4, like=x)
             rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {}, src=op.src)
-            make_reshape(g, rs, [1, R, 1, C])
+            make_reshape(g, rs, m4)
             g.ops.insert(g.ops.index(op), rs)
             x = x4
-        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, 1, 1, C], like=y) if not direct or \
+        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, P, 1, C], like=y) if not direct or \
             list(g.tensors[y].shape) != [1, 1, 1, C] else y
         op.name, op.code = 'MAX_POOL_2D', OP_CODES['MAX_POOL_2D']
         op.inputs, op.outputs = [x], [p]
@@ -789,6 +825,99 @@ def dilated_convs(g: Graph) -> int:
             g.ops.insert(g.ops.index(conv) + 1, rs)
         else:
             conv.outputs[0] = y
+        renumber(g)
+        done += 1
+    return done
+
+
+def _same_pads(n, k, s, d):
+    """TFLite's SAME padding of an axis of n, kernel k, stride s, dilation d: (before,
+    after, output size)."""
+    out = -(-n // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+    return total // 2, total - total // 2, out
+
+
+def conv3d_to_conv2d(g: Graph) -> int:
+    """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
+    output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as
+    [1, D*H, W, C], PADded in H and W where SAME) convolved with the tap's [O, kh, kw, C]
+    slice of the weight (one constant per tap, read by every output frame: its gradient
+    summed over them), the taps of an output frame ADDed (the op's activation on the
+    last), the frames joined along H and RESHAPEd to [1, Do, Ho, Wo, O].  A depth tap
+    that falls in the depth padding reads zeros: it is left out.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'CONV_3D' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]) or \
+                g.tensors[op.outputs[0]].dtype != 'float32' or \
+                len(g.tensors[op.inputs[0]].shape) != 5:
+            continue
+        o = op.options
+        x, y = op.inputs[0], op.outputs[0]
+        _, D, H, W, C = g.tensors[x].shape
+        Wt = np.asarray(g.tensors[op.inputs[1]].data, np.float32)
+        kd, kh, kw, _, O = Wt.shape
+        sd, sh, sw = (int(o.get(f'stride_{a}', 1) or 1) for a in 'dhw')
+        dd, dh, dw = (int(o.get(f'dilation_{a}_factor', 1) or 1) for a in 'dhw')
+        same = o.get('padding') == 'SAME'
+        if same:
+            (fd, _, Do), (ph0, ph1, Ho), (pw0, pw1, Wo) = (
+                _same_pads(D, kd, sd, dd), _same_pads(H, kh, sh, dh), _same_pads(W, kw, sw, dw))
+        else:
+            fd = ph0 = ph1 = pw0 = pw1 = 0
+            Do, Ho, Wo = ((n - (k - 1) * dl - 1) // s + 1
+                          for n, k, s, dl in ((D, kd, sd, dd), (H, kh, sh, dh), (W, kw, sw, dw)))
+        lives = [[(i, d * sd + i * dd - fd) for i in range(kd)
+                  if 0 <= d * sd + i * dd - fd < D] for d in range(Do)]
+        if [1, Do, Ho, Wo, O] != list(g.tensors[y].shape) or not all(lives):
+            continue        # (an output frame whose taps all read the padding: left as it is)
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else -1
+        name, made = g.tensors[y].name, []
+
+        def step(op_name, ins, shape, **opts):
+            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shape)
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
+            return out
+        x4 = step('RESHAPE', [x], [1, D * H, W, C])
+        make_reshape(g, made[-1], [1, D * H, W, C])
+        taps = [new_tensor(g, f'{name}/tap{i}', [O, kh, kw, C],
+                           np.ascontiguousarray(Wt[i].transpose(3, 0, 1, 2)))
+                for i in range(kd)]
+        frames, outs, first = {}, [], None
+        for d in range(Do):
+            acc, live = None, lives[d]
+            for n, (i, f) in enumerate(live):
+                if f not in frames:
+                    fr = new_tensor(g, f'{name}/frame{f}', [1, H, W, C])
+                    made.append(slice_op(g, x4, fr, f'{name}/frame{f}', [0, f * H, 0, 0],
+                                         [1, (f + 1) * H, W, C], [1, 1, 1, 1], op.src))
+                    if ph0 or ph1 or pw0 or pw1:
+                        pads = new_tensor(g, f'{name}/frame{f}_pads', [4, 2], np.array(
+                            [[0, 0], [ph0, ph1], [pw0, pw1], [0, 0]], np.int32))
+                        fr = step('PAD', [fr, pads], [1, H + ph0 + ph1, W + pw0 + pw1, C])
+                    frames[f] = fr
+                last = n == len(live) - 1
+                act = o.get('fused_activation_function', 'NONE') if last and n == 0 else 'NONE'
+                c = step('CONV_2D', [frames[f], taps[i], bias if n == 0 else -1], [1, Ho, Wo, O],
+                         padding='VALID', stride_h=sh, stride_w=sw, dilation_h_factor=dh,
+                         dilation_w_factor=dw, fused_activation_function=act)
+                conv = made[-1]
+                if first is None:   # (op itself, rewritten in place: --train and --ranks
+                    first = conv    # select by identity; the other convs train with it)
+                    op.name, op.code, op.inputs, op.outputs, op.options = \
+                        conv.name, conv.code, conv.inputs, conv.outputs, conv.options
+                    made[-1] = op
+                else:
+                    conv.trains_with = op
+                acc = c if acc is None else step(
+                    'ADD', [acc, c], [1, Ho, Wo, O], fused_activation_function=o.get(
+                        'fused_activation_function', 'NONE') if last else 'NONE')
+            outs.append(acc)
+        joined = outs[0] if Do == 1 else step('CONCATENATION', outs, [1, Do * Ho, Wo, O],
+                                              axis=1, fused_activation_function='NONE')
+        made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))
+        make_reshape(g, made[-1], [1, Do, Ho, Wo, O])
+        replace_op(g, op, made)
         renumber(g)
         done += 1
     return done

@@ -409,6 +409,29 @@ def _onnx_own_forward(path, g, missing, output=None):
     return run
 
 
+def _onnx_own_several(path, g, missing):
+    """several_predictor's run(feeds, i) of an .onnx of several inputs under utrain's own
+    forward (ONNX Runtime not installed; missing: its refusal, which stands when utrain
+    cannot run it either): the inputs the output reads joined in their order, as prepare
+    joins them (runplan.one_input_output), each in the file's own layout."""
+    from ..graph.inout import io_name
+    from ..plan.runplan import data_inputs
+    names = [n for n, _, _ in data_inputs(g)[0]]
+    try:
+        run = utrain_predictor(path, io_name(g, g.outputs[0]) if len(g.outputs) > 1 else None)
+        run(np.zeros((1, sum(int(np.prod(s[1:])) for _, s, _ in data_inputs(g)[0])),
+                     np.float32))
+    except Exception as e:      # noqa: B902 - prepare refuses it, or utrain cannot run it
+        raise InferError(f'{missing}; utrain\'s own forward cannot run it either: '
+                         f'{_first_line(e)}') from None
+
+    def joined(feeds, i):
+        return run(np.concatenate([np.asarray(feeds[n][i:i + 1], np.float32).reshape(1, -1)
+                                   for n in names], 1))[0]
+    joined.keep = run.keep
+    return joined
+
+
 def utrain_predictor(path, output=None):
     """utrain's forward of the model file at path: the folder `prepare` would write (no
     data, the input unscaled) read by utrain.trainer.Trainer under CPython and numpy,
@@ -590,8 +613,8 @@ def several_predictor(path, g):
         try:
             onnx_predictor(path)            # (ONNX Runtime installed and loads it)
         except NoRuntime as e:
-            if len(ins) != 1:       # (utrain's run takes several inputs joined: refused)
-                raise
+            if len(ins) != 1:       # (utrain's run takes the inputs the output reads joined)
+                return _onnx_own_several(path, g, e), _OWN_ONNX
             # (skl2onnx's classifiers: the probabilities beside a label output utrain
             # leaves out) utrain's own forward of the output chosen, as predictor's
             run = _onnx_own_forward(path, g, e, output=getattr(g, 'output_place', None))

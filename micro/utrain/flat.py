@@ -53,6 +53,8 @@ _LESS = const(58)
 _GREATER = const(61)
 _GREATER_EQUAL = const(62)
 _LESS_EQUAL = const(63)
+_EQUAL = const(71)
+_NOT_EQUAL = const(72)
 _SELECT = const(64)
 _SELECT_V2 = const(123)
 
@@ -94,7 +96,8 @@ KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _
            _GELU: 'op_math', _EXP: 'op_math', _LOG: 'op_math', _BATCH_MATMUL: 'op_bmm',
            _TRANSPOSE_CONV: 'op_tconv', _GATHER: 'op_emb', _RESIZE_BILINEAR: 'op_rsz',
            _RESIZE_NEAREST_NEIGHBOR: 'op_rsz', _LESS: 'op_elem', _GREATER: 'op_elem',
-           _GREATER_EQUAL: 'op_elem', _LESS_EQUAL: 'op_elem', _SELECT: 'op_sel',
+           _GREATER_EQUAL: 'op_elem', _LESS_EQUAL: 'op_elem', _EQUAL: 'op_elem',
+           _NOT_EQUAL: 'op_elem', _SELECT: 'op_sel',
            _SELECT_V2: 'op_sel'}
 
 

@@ -10,7 +10,8 @@
 # Backward: dz = act'(y) dy; da = dz (ADD, SUB), dz*b (MUL), dz/b (DIV); db = dz, -dz
 # (SUB), dz*a (MUL), -dz*a/b^2 (DIV); each summed over what its operand broadcasts.
 # LESS (58), GREATER (61), GREATER_EQUAL (62), LESS_EQUAL (63) (torch.where's and
-# Softplus's threshold test, Threshold's x <= t, as tico writes them): y = 1.0 where the
+# Softplus's threshold test, Threshold's x <= t, as tico writes them), EQUAL (71),
+# NOT_EQUAL (72) (Keras's mask_zero, tf.not_equal, ONNX Equal / Not): y = 1.0 where the
 # comparison holds, else 0.0 (the mask utrain.op_sel reads), broadcasting as above; no
 # gradient (a step function: the host lists no data input, so no backward runs).
 # Temporaries: forward, the output plus one block result; backward, dz, two or three
@@ -26,6 +27,8 @@ _LESS = const(58)
 _GREATER = const(61)
 _GREATER_EQUAL = const(62)
 _LESS_EQUAL = const(63)
+_EQUAL = const(71)
+_NOT_EQUAL = const(72)
 _DX = const(1)
 _DW = const(2)
 _DB = const(4)
@@ -55,8 +58,12 @@ def _f(code, a, b):
         m = a >= b
     elif code == _LESS:
         m = a < b
-    else:
+    elif code == _LESS_EQUAL:
         m = a <= b
+    elif code == _EQUAL:
+        m = a == b
+    else:                   # NOT_EQUAL (the fallback's ndarray has no !=)
+        return np.where(a == b, 0.0, 1.0)
     return np.where(m, 1.0, 0.0)
 
 

@@ -56,6 +56,8 @@ LESS = const(58)
 GREATER = const(61)
 GREATER_EQUAL = const(62)
 LESS_EQUAL = const(63)
+EQUAL = const(71)
+NOT_EQUAL = const(72)
 SELECT = const(64)
 SELECT_V2 = const(123)
 

@@ -93,6 +93,8 @@ def back(L, net, g, s):
     place in g."""
     d = L.d
     cp, ins, gi = d['cp'], L.ins, L.gi
+    if not gi:      # (its inputs below the trained layers: a PAD or copy of a frozen
+        return g, s     # branch's tensor that a trained layer after the first one reads)
     n = L.nout
     if d.get('cl'):             # requantized or clamped: nothing passes the clamp
         czk(g, L.y, n, L.lo, L.hi)

@@ -258,17 +258,18 @@ def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
     assert np.abs(after - trained).max() < 0.1 * np.abs(trained).max()
 
 
-def build_keras_masked(path, seed=1):
+def build_keras_masked(path, seed=1, ints=False):
     """Keras's Embedding(mask_zero=True) + GlobalAveragePooling1D + Dense as TF 2.21
     writes it: NOT_EQUAL(ids, 0), EXPAND_DIMS, CAST to float, SUM (the count); CAST,
-    GATHER, SELECT_V2(mask, rows, 0), SUM, DIV, FULLY_CONNECTED.  Returns (path,
-    forward(ids, **params) float64): the mean of the rows of the ids that are not 0."""
+    GATHER, SELECT_V2(mask, rows, 0), SUM, DIV, FULLY_CONNECTED (ints: an int32 Input,
+    compared and gathered by as it is).  Returns (path, forward(ids, **params) float64):
+    the mean of the rows of the ids that are not 0."""
     rng = np.random.default_rng(seed)
     E = rng.normal(size=(N, D)).astype(F32)
     W = rng.normal(size=(O, D)).astype(F32)
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('ids', [1, L])
-    zero = b.tensor('zero', [], data=np.array(0.0, F32))
+    x = b.tensor('ids', [1, L], dtype='int32' if ints else 'float32')
+    zero = b.tensor('zero', [], data=np.array(0, np.int32) if ints else np.array(0.0, F32))
     ax = b.tensor('ax', [1], data=np.array([1], np.int32))
     m = b.tensor('mask', [1, L], dtype='bool')
     b.op('NOT_EQUAL', [x, zero], [m])
@@ -278,8 +279,10 @@ def build_keras_masked(path, seed=1):
     b.op('CAST', [me], [mf])
     n = b.tensor('count', [1, 1])
     b.op('SUM', [mf, ax], [n], keep_dims=False)
-    c = b.tensor('cast', [1, L], dtype='int32')
-    b.op('CAST', [x], [c])
+    c = x
+    if not ints:
+        c = b.tensor('cast', [1, L], dtype='int32')
+        b.op('CAST', [x], [c])
     emb = b.tensor('emb', [N, D], data=E)
     g = b.tensor('gathered', [1, L, D])
     b.op('GATHER', [emb, c], [g], axis=0, batch_dims=0)
@@ -305,16 +308,19 @@ def build_keras_masked(path, seed=1):
     return os.fspath(path), forward
 
 
-def test_keras_mask_zero_trains(tmp_path):
-    """Embedding(mask_zero=True): the bool mask of ids != 0 is min(|ids|, 1) in float
-    ops (embeddings.id_masks), its SELECT_V2 against zeros a MUL: utrain's forward = the
-    masked mean (numpy) and evaluate's runtime (ONERT) on the file, and one SGD step = the differences
-    of the numpy forward, the masked rows' (id 0's) gradient exactly 0."""
+@pytest.mark.parametrize('ints', [False, True])
+def test_keras_mask_zero_trains(tmp_path, ints):
+    """Embedding(mask_zero=True): the bool mask of ids != 0 is the device's NOT_EQUAL
+    (embeddings.id_masks: its CASTs gone), its SELECT_V2 against zeros a MUL: utrain's
+    forward = the masked mean (numpy) and evaluate's runtime (ONERT) on the file, and one
+    SGD step = the differences of the numpy forward, the masked rows' (id 0's) gradient
+    exactly 0.  ints: an int32 Input (Keras's Input(dtype='int32')), which had been
+    refused (NOT_EQUAL of int32 ids)."""
     from test_rewrite import _step_is_the_gradient
     from test_parity import new_trainer, utrain_predict
     from host_tools.prepare.pipeline import prepare
     from host_tools.prepare.infer import predictor
-    src, forward = build_keras_masked(tmp_path / 'm.tflite')
+    src, forward = build_keras_masked(tmp_path / 'm.tflite', ints=ints)
     x = _ids(10)
     x[:, 1] = 0
     np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((10, O), F32))
@@ -323,6 +329,18 @@ def test_keras_mask_zero_trains(tmp_path):
     got = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, L])
     np.testing.assert_allclose(got, forward(x), rtol=1e-5, atol=1e-6)
     run, who, _ = predictor(src)            # (TFLite Micro has no bool EXPAND_DIMS)
+    np.testing.assert_allclose(got, run(x), rtol=1e-5, atol=1e-6, err_msg=who)
+    # export writes the mask a bool again (a CAST to float after it), its constant the ids'
+    # type: a runtime runs it (it had written a float NOT_EQUAL of int32 ids and a float)
+    from host_tools.prepare.pipeline import export
+    from host_tools.formats.circle_io import read_model
+    dst = os.fspath(tmp_path / 'e.tflite')
+    export(src, os.fspath(out / 'weights.wof'), dst)
+    h = read_model(dst)
+    ne = next(o for o in h.ops if o.name == 'NOT_EQUAL')
+    assert h.tensors[ne.outputs[0]].dtype == 'bool' and \
+        len({h.tensors[k].dtype for k in ne.inputs}) == 1, [h.tensors[k] for k in ne.inputs]
+    run, who, _ = predictor(dst)
     np.testing.assert_allclose(got, run(x), rtol=1e-5, atol=1e-6, err_msg=who)
     (tmp_path / 's').mkdir()
     step = _step_is_the_gradient(src, forward, tmp_path / 's', ('emb', 'w'),

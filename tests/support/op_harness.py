@@ -111,11 +111,12 @@ def ints(v):
     return np.asarray(v, np.int32)
 
 
-def prepared(m, y, where):
+def prepared(m, y, where, rewrite=False):
     """Model m, finished at y in where/model.circle, prepared as built (the ops as made,
-    no rewrites) with noisy targets: (the worker's job, what the checks need)."""
+    no rewrites; rewrite: an op prepare spells with others) with noisy targets: (the
+    worker's job, what the checks need)."""
     t = m.val[y] + m.rng.normal(0.0, 0.5, m.val[y].shape)
-    prepare(os.path.join(where, 'model.circle'), where, loss='mse', train='all', rewrite=False)
+    prepare(os.path.join(where, 'model.circle'), where, loss='mse', train='all', rewrite=rewrite)
     job = {'flat': os.path.join(where, 'model.flat'), 'wof': os.path.join(where, 'weights.wof'),
            'x': m.val[m.x].ravel().tolist(), 't': t.ravel().tolist()}
     path = os.path.join(where, 'model.circle')

@@ -1,0 +1,208 @@
+"""ONNX spellings lifted in session 30 (issue 28): Equal, Not, Less / Greater (a
+comparison's 1.0 / 0.0 mask, no gradient), Where (SELECT_V2), ReduceMin (-max(-x)), a
+QDQ model (onnxruntime quantize_static's default format: trains dequantized, export
+writes the weights back at the file's scales) and evaluate of a model of several inputs
+where onnxruntime is not installed.  Each had been refused ('cannot read ONNX op', 'pip
+install onnxruntime').  Forward against ONNX Runtime, gradients against PyTorch autograd."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+nn = torch.nn
+F32 = np.float32
+
+
+class Masks(nn.Module):
+    """torch.where(h != 0, h, h / 4) of RELU(h) (Equal, Not, Where), a (h > c).float()
+    mask (Greater, Cast), torch.where(h <= c, tanh(h), h) (LessOrEqual) and torch.amin
+    over time (ReduceMin)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.a(x)                                       # [1, T, 6]
+        r = torch.relu(h)
+        u = torch.where(r != 0, h, h / 4)
+        v = u * (h > 0.3).float() + torch.where(h <= -0.2, torch.tanh(h), h)
+        return self.b(torch.amin(v, dim=1))
+
+
+def _onnx(net, path, *shapes, names=None):
+    torch.onnx.export(net.eval(), tuple(torch.zeros(s) for s in shapes), os.fspath(path),
+                      dynamo=False, input_names=names)
+    return os.fspath(path)
+
+
+def _trainer(path, out, **kw):
+    from host_tools.prepare.pipeline import prepare
+    from test_parity import new_trainer
+    prepare(path, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **k: None, **kw)
+    return new_trainer(out / 'model.flat', out / 'weights.wof')
+
+
+def test_masks_and_min_forward_is_onnx_runtimes_and_gradients_autograds(tmp_path):
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    torch.manual_seed(0)
+    net = Masks()
+    src = _onnx(net, tmp_path / 'm.onnx', (1, 5, 4))
+    ops = {n.op_type for n in onnx.load(src).graph.node}
+    assert {'Equal', 'Not', 'Where', 'Greater', 'LessOrEqual', 'ReduceMin'} <= ops, ops
+    tr = _trainer(src, tmp_path / 'run')
+    from utrain.sink import Sums
+    tr.net.sink = Sums(tr.net)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    x = torch.tensor(np.random.default_rng(2).normal(size=(1, 5, 4)).astype(F32))
+    h = net.a(x)
+    assert (h == h.amin(1, keepdim=True)).sum() and (h > 0.3).any() and (h <= -0.2).any()
+    tr.set_input(x.numpy())
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+                               .ravel(), rtol=1e-5, atol=1e-6)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (net(x) * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        want = [p for p in params if p.numel() == g.size]
+        assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=1e-6)
+                   for p in want), (k, g, [p.grad for p in want])
+
+
+def test_qdq_model_trains_dequantized_and_exports_at_its_scales(tmp_path):
+    """A QDQ model: prepare says it trains dequantized; utrain's forward is ONNX
+    Runtime's on the float model with the QDQ file's weights (its activations'
+    QuantizeLinear/DequantizeLinear pairs left out); one epoch of SGD, exported, is the trained weights rounded at
+    the file's scales, which ONNX Runtime runs."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from host_tools.prepare.pipeline import prepare, export
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 16, 3))
+    fp = _onnx(net, tmp_path / 'f.onnx', (1, 2, 6, 6), names=['x'])
+    rng = np.random.default_rng(0)
+    xs = rng.random((12, 2, 6, 6)).astype(F32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{'x': x[None]} for x in xs])
+
+        def get_next(self):
+            return next(self.it, None)
+    src = os.fspath(tmp_path / 'q.onnx')
+    quantize_static(fp, src, Reader(), per_channel=True)
+    assert 'QuantizeLinear' in {n.op_type for n in onnx.load(src).graph.node}
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 12))
+    said = []
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+            from_logits=True, lr=0.5, epochs=1, log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert any('QDQ model' in s and 'dequantized' in s for s in said), said
+    from host_tools.prepare.infer import utrain_predictor
+    got = utrain_predictor(src)(xs)         # (the board's code, the file's NCHW samples)
+    # (ONNX Runtime's run of the float file with the weights the QDQ file's, dequantized:
+    # the activations' pairs round, the QDQ file's own run differs by that)
+    q = {t.name: numpy_helper.to_array(t) for t in onnx.load(src).graph.initializer}
+    f = onnx.load(fp)
+    for t in f.graph.initializer:
+        w = q[t.name + '_quantized']
+        sc, zp = (q[t.name + k] for k in ('_scale', '_zero_point')) if t.name + '_scale' in q \
+            else (q[t.name + '_quantized' + k] for k in ('_scale', '_zero_point'))
+        shape = [-1] + [1] * (w.ndim - 1)
+        t.CopyFrom(numpy_helper.from_array(
+            ((w - zp.reshape(shape).astype(np.float64)) * sc.reshape(shape)).astype(F32), t.name))
+    fs = ort.InferenceSession(f.SerializeToString(), providers=['CPUExecutionProvider'])
+    ref = np.concatenate([fs.run(None, {'x': x[None]})[0] for x in xs])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    # one epoch of SGD, exported: each weight the trained value rounded at its scale
+    from host_tools.target.runner import run
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'out.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    a = {t.name: numpy_helper.to_array(t) for t in onnx.load(src).graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in onnx.load(dst).graph.initializer}
+    moved = [n for n in a if a[n].dtype == np.int8 and not np.array_equal(a[n], b[n])]
+    assert moved and all(b[n].dtype == a[n].dtype for n in a), moved
+    ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': xs[:1]})
+
+
+def test_evaluate_of_several_onnx_inputs_without_onnx_runtime(tmp_path, monkeypatch):
+    """A model of two inputs (a sequence and a feature vector): evaluate where onnxruntime
+    is not installed scores utrain's own forward, the inputs joined as prepare joins them,
+    as ONNX Runtime scores it (it had been refused: pip install onnxruntime)."""
+    from host_tools.prepare.infer import evaluate
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.f, self.o = nn.Conv1d(3, 4, 3), nn.Linear(2, 4), nn.Linear(8, 3)
+
+        def forward(self, a, b):
+            return self.o(torch.cat([self.c(a).mean(-1), torch.relu(self.f(b))], 1))
+    torch.manual_seed(0)
+    src = _onnx(Two(), tmp_path / 't.onnx', (1, 3, 8), (1, 2), names=['seq', 'feat'])
+    r = np.random.default_rng(1)
+    np.savez(tmp_path / 'd.npz', seq=r.normal(size=(10, 3, 8)).astype(F32),
+             feat=r.normal(size=(10, 2)).astype(F32), y=np.arange(10) % 3)
+    ref = evaluate(src, tmp_path / 'd.npz')
+    monkeypatch.setitem(sys.modules, 'onnxruntime', None)      # (import raises ImportError)
+    got = evaluate(src, tmp_path / 'd.npz')
+    assert ref['runtime'] == 'ONNX Runtime' and got['runtime'].startswith('utrain\'s own'), got
+    assert got['hits'] == ref['hits'] and abs(got['loss'] - ref['loss']) < 1e-5, (got, ref)
+
+
+def test_a_conv3d_is_refused_saying_what_to_export(tmp_path):
+    from host_tools.formats.onnx_io import read_onnx
+    from host_tools.formats.ir import ModelError
+    net = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Flatten())
+    src = _onnx(net, tmp_path / 'c.onnx', (1, 1, 4, 5, 5))
+    with pytest.raises(ModelError) as e:
+        read_onnx(src)
+    assert '(3-D convolutions)' in str(e.value) and 'frames stacked' in str(e.value), \
+        str(e.value)
+
+
+def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
+    """quantize_static quantizes a Mul's constant too (0.1 * h: a Constant node, its
+    QuantizeLinear / DequantizeLinear pair folded to the rounded value); the pair of a
+    constant whose range starts at 0 had been read as a Relu of it, which no constant
+    folding takes ('cannot fold this op on constants')."""
+    pytest.importorskip('onnxruntime')
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from host_tools.prepare.infer import utrain_predictor
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 5), nn.Linear(5, 2)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.b(torch.where(h != 0, h, 0.1 * self.a(x)))
+    torch.manual_seed(0)
+    fp = _onnx(Net(), tmp_path / 'f.onnx', (1, 4), names=['x'])
+    xs = np.random.default_rng(0).normal(size=(16, 4)).astype(F32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{'x': x[None]} for x in xs])
+
+        def get_next(self):
+            return next(self.it, None)
+    src = os.fspath(tmp_path / 'q.onnx')
+    quantize_static(fp, src, Reader())
+    import onnxruntime as ort
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    ref = np.concatenate([sess.run(None, {'x': x[None]})[0] for x in xs])
+    got = utrain_predictor(src)(xs)
+    assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max(), (got, ref)

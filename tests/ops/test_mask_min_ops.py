@@ -1,0 +1,350 @@
+"""EQUAL and NOT_EQUAL (op_elem: a 1.0 / 0.0 mask, no gradient, as LESS / GREATER) and
+REDUCE_MIN (spellings.reduce_min_to_max: -max(-x), its gradient to the minimum), which
+had been refused (issue 28), or NOT_EQUAL spelled min(|x - c|, 1) in RELUs where it
+compared with an integer: no mask of a float x, and a gradient through it.  Forward
+against a float64 numpy reference and TFLite Micro, gradients against float64 central
+finite differences of the device code, and the same under unix MicroPython, with
+tests/support/op_harness.py's models (x[1, 3] -> FC -> RESHAPE -> OP ... -> FC -> y);
+then Keras-style masks (a CAST to float) through prepare's rewrites, and the ONNX
+spellings (Equal, Not, Where, ReduceMin, Greater) against ONNX Runtime and PyTorch
+autograd."""
+import os
+
+import numpy as np
+import pytest
+
+import op_harness as oh  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from test_split_math_ops import tflm_infer  # noqa: E402
+
+F32 = np.float32
+
+
+def _masked(name, shape):
+    """SELECT_V2(CMP(RELU(h), 0), h, h / 4) (NOT_EQUAL) or its sides swapped (EQUAL): a
+    leaky ReLU made with a mask of exact zeros, the mask's comparison passing no
+    gradient, each side the gradient where it was taken."""
+    def build(m):
+        h = m.act_input(shape)
+        v = m.val[h]
+        r = m.op('RELU', [h], np.maximum(v, 0.0))
+        mask = m.b.tensor(m._name('m'), list(shape), dtype='bool')
+        m.b.op(name, [r, m.tensor([], F32(0.0))], [mask])
+        low = m.op("MUL", [h, m.tensor([], F32(0.25))], 0.25 * v)
+        sides = [h, low] if name == 'NOT_EQUAL' else [low, h]
+        return m.op('SELECT_V2', [mask] + sides, np.where(v > 0, v, 0.25 * v), kinks=(0.0,),
+                    pre=v)
+    return build
+
+
+def _reduce_min(shape, axes, keep):
+    def build(m):
+        h = m.act_input(shape)
+        v = np.min(m.val[h], axis=tuple(axes), keepdims=keep)
+        ax = m.tensor([len(axes)], oh.ints(axes))
+        return m.op('REDUCE_MIN', [h, ax], v, keep_dims=keep)
+    return build
+
+
+CASES = {
+    'NOT_EQUAL': _masked('NOT_EQUAL', [1, 2, 3]),
+    'EQUAL': _masked('EQUAL', [1, 4, 2]),
+    'REDUCE_MIN-time': _reduce_min([1, 5, 3], [1], False),       # Keras's min over time
+    'REDUCE_MIN-hw-keep': _reduce_min([1, 3, 2, 2], [1, 2], True),
+    'REDUCE_MIN-last': _reduce_min([1, 2, 4], [2], False),
+}
+
+
+def build(cid, where, seed):
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, 'model.circle')
+    m = oh.Model(np.random.default_rng(seed))
+    y = m.finish(CASES[cid](m), path)
+    rewrite = cid.startswith('REDUCE_MIN')
+    job, host = oh.prepared(m, y, where, rewrite=rewrite)
+    if rewrite:     # (the parameters as the rewritten graph the device runs numbers them)
+        from host_tools.formats.circle_io import read_model
+        at = {t.name: t.index for t in read_model(os.path.join(where, 'rewritten.circle')).tensors}
+        names = {t.index: t.name for t in read_model(path).tensors}
+        host['params'] = {at[names[k]]: v for k, v in host['params'].items()}
+    return job, host
+
+
+@pytest.fixture(scope='module')
+def device(tmp_path_factory):
+    return oh.run_device(tmp_path_factory.mktemp('mask_min_ops'), CASES, build, 9300)
+
+
+@pytest.mark.parametrize('cid', list(CASES))
+def test_forward_and_gradients(device, cid):
+    oh.check_case(device, cid, 1e-10, tflm_infer, 'TFLite Micro')
+
+
+def test_ops_micropython_match_float64(device, tmp_path):
+    oh.check_micropython(device, CASES, tmp_path)
+
+
+# ------------------------------------------------------------------ a Keras-style mask
+def _cast_mask(path, c=1.0, F=6, O=3, seed=0):
+    """x -> FC -> h; CAST(NOT_EQUAL(h, c)) * h -> FC (tf.cast(h != c, tf.float32) * h);
+    the first FC's output rounded in the data so some h equal c exactly would be too rare:
+    c is compared with x itself too (CAST(NOT_EQUAL(x, c)) * x, x between integers)."""
+    rng = np.random.default_rng(seed)
+    W1 = rng.normal(size=(F, F)).astype(F32)
+    W2 = rng.normal(size=(O, F)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, F])
+    cc = b.tensor('c', [], data=np.array(c, F32))
+    m = b.tensor('m', [1, F], dtype='bool')
+    b.op('NOT_EQUAL', [x, cc], [m])
+    mf = b.tensor('mf', [1, F])
+    b.op('CAST', [m], [mf])
+    xm = b.tensor('xm', [1, F])
+    b.op('MUL', [x, mf], [xm], fused_activation_function='NONE')
+    h = b.tensor('h', [1, F])
+    b.op('FULLY_CONNECTED', [xm, b.tensor('w1', [F, F], data=W1), -1], [h],
+         fused_activation_function='NONE')
+    hm = b.tensor('hm', [1, F], dtype='bool')
+    b.op('NOT_EQUAL', [h, b.tensor('c2', [], data=np.array(c, F32))], [hm])
+    hf = b.tensor('hf', [1, F])
+    b.op('CAST', [hm], [hf])
+    hh = b.tensor('hh', [1, F])
+    b.op('MUL', [h, hf], [hh], fused_activation_function='NONE')
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [hh, b.tensor('w2', [O, F], data=W2), -1], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path)
+
+
+def test_a_cast_mask_of_floats_is_the_comparison(tmp_path):
+    """tf.cast(x != c, tf.float32) * x of float x (some equal to c): utrain's forward is
+    TFLite Micro's, and the mask passes no gradient (one step of the first layer's weight
+    is x's masked values times the gradient at h, as the mask is a constant).  Main spelled
+    it min(|x - c|, 1): 0.5 for x = 1.5."""
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import prepare
+    src = _cast_mask(tmp_path / 'm.tflite')
+    x = np.random.default_rng(1).normal(size=(8, 6)).astype(F32)
+    x[:, 0] = 1.0
+    x[:, 1] = 1.5
+    x[:, 2] = 0.75
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((8, 3), F32))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.1,
+            log=lambda *a, **k: None)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, 6])
+    ref = np.concatenate([tflm_run(src, xi[None]) for xi in x])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def tflm_run(path, x):
+    from test_rewrite import tflm_infer as run
+    return np.asarray(run(path, x), np.float64).reshape(len(x), -1)
+
+
+def test_a_sparse_tensor_is_refused_saying_so(tmp_path):
+    """A TFLite sparse tensor (EXPERIMENTAL_SPARSITY: its buffer the nonzero values, a
+    DENSIFY op reading it) had been read as a dense one: 'constant data has 24 bytes, but
+    shape [4, 3] of float32 needs 48'.  It is refused naming the tensor and the
+    conversion option to leave out."""
+    from circle_schema.v0_10 import circle as C
+    from host_tools.formats.circle_build import pack_model
+    from host_tools.formats.circle_io import read_model
+    from host_tools.formats.ir import ModelError
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 3])
+    w = b.tensor('w', [6], data=np.arange(6, dtype=F32))    # 6 of the 12 values
+    d = b.tensor('dense', [4, 3])
+    b.op('DENSIFY', [w], [d])
+    y = b.tensor('y', [1, 4])
+    b.op('FULLY_CONNECTED', [x, d, -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    m = b.model()
+    sp = C.SparsityParameters.SparsityParametersT()
+    sp.traversalOrder = [0, 1]
+    m.subgraphs[0].tensors[w].sparsity = sp
+    m.subgraphs[0].tensors[w].shape = [4, 3]
+    path = tmp_path / 's.tflite'
+    path.write_bytes(pack_model(m, b'TFL3'))
+    with pytest.raises(ModelError) as e:
+        read_model(os.fspath(path))
+    assert "tensor 1 ('w') is a sparse tensor" in str(e.value) and \
+        'EXPERIMENTAL_SPARSITY' in str(e.value), str(e.value)
+
+
+def test_a_3d_convolution_is_refused_saying_what_to_export(tmp_path):
+    """CONV_3D (Keras Conv3D) had been refused with the list of supported ops only: it
+    names the layer and what to export instead."""
+    from host_tools.graph.passes import PrepareError, plan
+    from host_tools.formats.circle_io import read_model
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4, 5, 5, 1])
+    w = b.tensor('w', [3, 3, 3, 1, 2], data=np.ones((3, 3, 3, 1, 2), F32))
+    y = b.tensor('y', [1, 2, 3, 3, 2])
+    b.op('CONV_3D', [x, w], [y])
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(tmp_path / 'c.tflite')
+    with pytest.raises(PrepareError) as e:
+        plan(read_model(path))
+    assert 'op 0 is CONV_3D (Keras Conv3D)' in str(e.value) and \
+        'frames stacked as a Conv2D\'s channels' in str(e.value), str(e.value)
+
+
+# ------------------------------------------------------------------ CONV_3D
+def _conv3d_ref(x, w, b, s, same):
+    """float64 numpy Conv3D: x [D, H, W, C], w [kd, kh, kw, C, O], strides s, TFLite's
+    SAME (pad total max((out - 1) s + k - n, 0), the smaller half first) or VALID."""
+    k = w.shape[:3]
+    if same:
+        outs = [-(-n // st) for n, st in zip(x.shape[:3], s)]
+        tot = [max((o - 1) * st + kk - n, 0) for o, st, kk, n in zip(outs, s, k, x.shape[:3])]
+        x = np.pad(x, [(t // 2, t - t // 2) for t in tot] + [(0, 0)])
+    outs = [(n - kk) // st + 1 for n, kk, st in zip(x.shape[:3], k, s)]
+    y = np.zeros(outs + [w.shape[4]])
+    for d in range(outs[0]):
+        for i in range(outs[1]):
+            for j in range(outs[2]):
+                win = x[d * s[0]:d * s[0] + k[0], i * s[1]:i * s[1] + k[1], j * s[2]:j * s[2] + k[2]]
+                y[d, i, j] = np.tensordot(win, w, axes=4) + b
+    return y
+
+
+def _conv3d_model(path, shape, k, O, s, same, act, seed=0):
+    """x [1, D, H, W, C] -> CONV_3D (act) -> RESHAPE -> FC [2]: (path, forward(x, w, b, fw))."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=tuple(k) + (shape[-1], O)).astype(F32)
+    bias = rng.normal(size=O).astype(F32)
+    y3 = _conv3d_ref(np.zeros(shape), w, bias, s, same).shape
+    n = int(np.prod(y3))
+    fw = (rng.normal(size=(2, n)) / np.sqrt(n)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1] + list(shape))
+    c = b.tensor('c', [1] + list(y3))
+    b.op('CONV_3D', [x, b.tensor('w', list(w.shape), data=w), b.tensor('b', [O], data=bias)],
+         [c], padding='SAME' if same else 'VALID', stride_d=s[0], stride_h=s[1], stride_w=s[2],
+         dilation_d_factor=1, dilation_h_factor=1, dilation_w_factor=1,
+         fused_activation_function=act)
+    r = b.tensor('r', [1, n])
+    b.op('RESHAPE', [c], [r], new_shape=[1, n])
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [r, b.tensor('fw', [2, n], data=fw), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+
+    def forward(xv, w=w, bias=bias, fw=fw):
+        h = _conv3d_ref(np.asarray(xv, np.float64).reshape(shape), w.astype(np.float64), bias, s, same)
+        if act == 'RELU':
+            h = np.maximum(h, 0)
+        return (h.reshape(1, -1) @ np.asarray(fw, np.float64).T).ravel()
+    return b.save(path), forward, w, bias, fw
+
+
+@pytest.mark.parametrize('shape, k, s, same, act', [
+    ((4, 5, 5, 1), (3, 3, 3), (1, 1, 1), False, 'NONE'),          # Keras Conv3D's default
+    ((5, 6, 7, 2), (3, 3, 3), (2, 1, 2), True, 'RELU'),           # SAME, strides, fused ReLU
+    ((3, 6, 5, 1), (2, 3, 1), (1, 2, 1), True, 'NONE'),           # a depth tap in the padding
+])
+def test_conv3d_forward_and_gradients(tmp_path, shape, k, s, same, act):
+    """CONV_3D had been refused: it trains as a CONV_2D per output frame and depth tap
+    (spellings.conv3d_to_conv2d).  Forward = a float64 numpy Conv3D (TFLite's SAME); the
+    gradient of each depth tap's weights (device [O, kh, kw, C] = w[i]'s transpose), the
+    bias and the FC against central differences of that numpy forward."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.formats.circle_io import read_model
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    src, forward, w, bias, fw = _conv3d_model(tmp_path / 'c.tflite', shape, k, 3, s, same, act)
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **kw: None)
+    names = {t.index: t.name for t in read_model(os.fspath(out / 'rewritten.circle')).tensors}
+    assert 'CONV_3D' not in {o.name for o in read_model(os.fspath(out / 'rewritten.circle')).ops}
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    x = np.random.default_rng(5).normal(size=(1,) + shape).astype(F32)
+    tr.set_input(x)
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, forward(x), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.7, -1.3]], F32)
+    tr.net.backward(dy)
+
+    def num(f, v):          # d (y . dy) / d v, central differences in float64
+        v = np.asarray(v, np.float64)
+        g = np.zeros_like(v)
+        for j in np.ndindex(v.shape):
+            e = np.zeros_like(v)
+            e[j] = 1e-4
+            g[j] = (f(v + e) - f(v - e)) @ dy.ravel() / 2e-4
+        return g
+    seen = set()
+    for t in tr.net.trainable:
+        got = np.asarray(tr.net.sink.acc[t], np.float64)
+        n = names[t]
+        if '/tap' in n:
+            i = int(n.rsplit('/tap', 1)[1])
+            want = num(lambda v: forward(x, w=np.concatenate([w[:i], v[None], w[i + 1:]])), w[i])
+            want = want.transpose(3, 0, 1, 2)
+        elif n == 'b':
+            want = num(lambda v: forward(x, bias=v), bias)
+        else:
+            assert n == 'fw', n
+            want = num(lambda v: forward(x, fw=v), fw)
+        np.testing.assert_allclose(got.ravel(), want.ravel(), rtol=2e-3, atol=2e-4, err_msg=n)
+        seen.add(n.split('/tap')[0] + ('/tap' if '/tap' in n else ''))
+    assert len(seen) == 3, seen
+
+
+def test_int8_pad_of_a_frozen_branch_after_the_first_trained_layer(tmp_path):
+    """A float model trained as int8 (--board rp2040): conv A of x (the first trained
+    layer), then PAD(a slice of x made before conv A) -> convs B and C, the sum of the
+    three -> FC.  The PAD's input is below the trained
+    layers, so it passes no gradient, but conv B hands it one: its backward indexed the
+    inputs that take one ('IndexError: tuple index out of range' in utrain.q8cat).  A
+    CONV_3D's frames (SAME) are such PADs."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target.runner import run
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4, 4, 1])
+    q = b.tensor('q', [1, 3, 4, 1])             # (rows 0-2 of x, padded back to 6 x 6)
+    b.op('STRIDED_SLICE', [x] + [b.tensor(n, [4], data=np.array(v, np.int32)) for n, v in (
+        ('begin', [0, 0, 0, 0]), ('end', [1, 3, 4, 1]), ('strides', [1, 1, 1, 1]))], [q])
+    a = b.tensor('a', [1, 4, 4, 2])
+    b.op('CONV_2D', [x, b.tensor('w1', [2, 3, 3, 1], data=rng.normal(size=(2, 3, 3, 1)).astype(F32)),
+                     b.tensor('b1', [2], data=np.zeros(2, F32))], [a], padding='SAME',
+         stride_h=1, stride_w=1, fused_activation_function='RELU')
+    p = b.tensor('p', [1, 6, 6, 1])
+    b.op('PAD', [q, b.tensor('pads', [4, 2], data=np.array([[0, 0], [1, 2], [1, 1], [0, 0]],
+                                                           np.int32))], [p])
+    c = b.tensor('c', [1, 4, 4, 2])
+    b.op('CONV_2D', [p, b.tensor('w2', [2, 3, 3, 1], data=rng.normal(size=(2, 3, 3, 1)).astype(F32)),
+                     b.tensor('b2', [2], data=np.zeros(2, F32))], [c], padding='VALID',
+         stride_h=1, stride_w=1, fused_activation_function='NONE')
+    c2 = b.tensor('c2', [1, 4, 4, 2])          # (a second reader: the PAD stays a layer)
+    b.op('CONV_2D', [p, b.tensor('w3', [2, 3, 3, 1], data=rng.normal(size=(2, 3, 3, 1)).astype(F32)),
+                     b.tensor('b3', [2], data=np.zeros(2, F32))], [c2], padding='VALID',
+         stride_h=1, stride_w=1, fused_activation_function='NONE')
+    s1 = b.tensor('s1', [1, 4, 4, 2])
+    b.op('ADD', [a, c], [s1], fused_activation_function='NONE')
+    s = b.tensor('s', [1, 4, 4, 2])
+    b.op('ADD', [s1, c2], [s], fused_activation_function='NONE')
+    r = b.tensor('r', [1, 32])
+    b.op('RESHAPE', [s], [r], new_shape=[1, 32])
+    y = b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [r, b.tensor('fw', [3, 32], data=rng.normal(size=(3, 32)).astype(F32)
+                                         / 6), b.tensor('fb', [3], data=np.zeros(3, F32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(tmp_path / 'm.tflite')
+    np.savez(tmp_path / 'd.npz', x=rng.random((8, 4, 4, 1)).astype(F32), y=np.arange(8) % 3)
+    out = os.fspath(tmp_path / 'run')
+    prepare(src, out, data=os.fspath(tmp_path / 'd.npz'), board='rp2040', train='all', lr=0.05,
+            epochs=1, log=lambda *a, **k: None)
+    assert os.path.exists(os.path.join(out, 'q8.json'))        # (int8 from float)
+    run(out, python=True)
+    assert os.path.exists(os.path.join(out, 'trained.wof'))
