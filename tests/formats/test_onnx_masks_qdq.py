@@ -38,6 +38,21 @@ def _onnx(net, path, *shapes, names=None):
     return os.fspath(path)
 
 
+def _qdq(fp, xs, path, **kw):
+    """onnxruntime's quantize_static of the float model fp (one input 'x'), calibrated on
+    the samples xs, in its default QDQ format, written to path."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{'x': x[None]} for x in xs])
+
+        def get_next(self):
+            return next(self.it, None)
+    quantize_static(fp, os.fspath(path), Reader(), **kw)
+    return os.fspath(path)
+
+
 def _trainer(path, out, **kw):
     from host_tools.prepare.pipeline import prepare
     from test_parity import new_trainer
@@ -85,7 +100,6 @@ def test_qdq_model_trains_dequantized_and_exports_at_its_scales(tmp_path):
     ort = pytest.importorskip('onnxruntime')
     import onnx
     from onnx import numpy_helper
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
     from host_tools.prepare.pipeline import prepare, export
     torch.manual_seed(1)
     net = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 16, 3))
@@ -93,14 +107,7 @@ def test_qdq_model_trains_dequantized_and_exports_at_its_scales(tmp_path):
     rng = np.random.default_rng(0)
     xs = rng.random((12, 2, 6, 6)).astype(F32)
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{'x': x[None]} for x in xs])
-
-        def get_next(self):
-            return next(self.it, None)
-    src = os.fspath(tmp_path / 'q.onnx')
-    quantize_static(fp, src, Reader(), per_channel=True)
+    src = _qdq(fp, xs, tmp_path / 'q.onnx', per_channel=True)
     assert 'QuantizeLinear' in {n.op_type for n in onnx.load(src).graph.node}
     np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 12))
     said = []
@@ -178,7 +185,6 @@ def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
     constant whose range starts at 0 had been read as a Relu of it, which no constant
     folding takes ('cannot fold this op on constants')."""
     pytest.importorskip('onnxruntime')
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
     from host_tools.prepare.infer import utrain_predictor
 
     class Net(nn.Module):
@@ -193,14 +199,7 @@ def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
     fp = _onnx(Net(), tmp_path / 'f.onnx', (1, 4), names=['x'])
     xs = np.random.default_rng(0).normal(size=(16, 4)).astype(F32)
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{'x': x[None]} for x in xs])
-
-        def get_next(self):
-            return next(self.it, None)
-    src = os.fspath(tmp_path / 'q.onnx')
-    quantize_static(fp, src, Reader())
+    src = _qdq(fp, xs, tmp_path / 'q.onnx')
     import onnxruntime as ort
     sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
     ref = np.concatenate([sess.run(None, {'x': x[None]})[0] for x in xs])
