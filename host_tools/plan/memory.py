@@ -840,10 +840,8 @@ def op_need(r, spec, op, cur, arena, inplace=False):
     # pass, and the plans rose by up to 26 KB (the held-out relu_cnn at SGD b1 on 32-bit
     # ulab), measured against no need; saved outputs keep the layout the sweep measured.
     last = fo and (spec.rows_of and by_rows(r, op) or spec.fwd_of) and o not in saved_floats(r)
-    if last:
+    if last:        # (the pieces gone before the activation runs: no hole of theirs)
         temps = [arena.alloc(n) for n in [A(size[o])] * fo + spread + [wt] if n]
-        if pc:
-            arena.free(arena.alloc(pc))
     if out:
         arena.alloc(out[0], o)
     for k, n in zip(op.outputs[1:], more):
