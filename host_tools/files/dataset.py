@@ -393,6 +393,17 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
                         f'not one: give y a class number a row, shape (N, {ps[0]}) for rows of '
                         f'{ps[1]}, or end the model in one row (pool over the steps before its '
                         'last layer)')
+    d = [int(v) for v in (out_shape or [])[1:]]
+    if loss in ('scce', 'cce') and labels and len(d) > 1 and d[-1] == 1 and np.prod(d) > 1:
+        # (the board's cross-entropy takes the output's last axis as the classes, a row of
+        # them a step: here rows of one value, and a class number over them failed on the
+        # board in losses._onehot with IndexError at any heap, after prepare had taken the
+        # outputs' count for the classes: h66c's Keras 1-D autoencoder, [1, 40, 1])
+        n = int(np.prod(d))
+        raise DataError(f'{where}: class numbers, and the model outputs {d} a sample: {n} rows '
+                        f'of one value (its last axis, of 1, is the classes): end the model in '
+                        f'one row of {n} (a Flatten or Reshape to [1, {n}]) for {n} classes, or '
+                        'train the values with --loss mse')
     if ps and loss in ('scce', 'cce') and step_labels(y, out_shape):
         if loss == 'scce':
             raise DataError(f'{where}: a class number a step ({ps[0]} a sample): they train '

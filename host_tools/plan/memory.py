@@ -357,6 +357,7 @@ class _Run:
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
         self.views = set()          # (forward_peak: views whose floats are held anyway)
+        self.held = None            # (saved_floats)
         self.arena = None           # (forward_peak: its arrays as the pass leaves them)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
@@ -657,8 +658,11 @@ def state_parts(r) -> dict:
         parts['split gradient buffers'] = splits
     # a view's output (utrain.op_shape: a reshape) shares its input's floats: saved with
     # it, only its header (the 16x16 CNN's pooled output, saved by the pool and, as the
-    # classifier's input, by the FC: 2 KB twice)
-    viewed = {op.outputs[0] for op in g.ops if SPECS[op.name].view and op.inputs[0] in plan.saved}
+    # classifier's input, by the FC: 2 KB twice), through views of views (held_views: a
+    # Keras Conv1D's RESHAPE and EXPAND_DIMS between its conv and the next op, whose
+    # output the next op saves: the held-out Conv1D net's two maps counted twice, 6.2 KB
+    # of its SGD b1 plan on 32-bit, 1.22x its need, session 30)
+    viewed = held_views(r, False)
     parts['saved activations'] = sum(A(0 if k in viewed else size[k]) for k in plan.saved)
     return parts
 
@@ -820,14 +824,30 @@ def op_need(r, spec, op, cur, arena, inplace=False):
     wt = weight_temps(r, spec, op)
     out = [] if inplace else [A(size[o])]
     more = [A(size[k]) for k in op.outputs[1:]]
+    # (its input-sized temporaries are one array: a depthwise multiplier M's spread copy
+    # of x, op_conv.spread's [H*W, C*M], the only op that makes more than one)
+    spread = [A(fi * max([size[k] for k in ins] or [0]))] if fi else []
+    # an op whose arrays are its own figures (spec.fwd_of, rows_of) and which makes
+    # output-sized temporaries (fo: a fused activation's) makes its output last: the
+    # kernel's array (its steps' pieces made and dropped as they go), then the
+    # activation's result (np.maximum(y, 0)) or an expression's value after its terms
+    # (ELU), so those lie below it; else the output first (zeros the steps write into),
+    # then the steps' pieces.  (Laid out output first, the 1-D depthwise-separable
+    # net's convs' RELU results sat below their kernels' arrays, and its 24 KB depthwise
+    # output was planned above a 16 KB hole where the board had put it: _dws1d's last two
+    # ops streamed on the 32-bit fallback planned 1.23x its need, session 30.)  Not for a
+    # saved output: laid out last, its kernel's array stays a hole under it all the
+    # pass, and the plans rose by up to 26 KB (the held-out relu_cnn at SGD b1 on 32-bit
+    # ulab), measured against no need; saved outputs keep the layout the sweep measured.
+    last = fo and (spec.rows_of and by_rows(r, op) or spec.fwd_of) and o not in saved_floats(r)
+    if last:        # (the pieces gone before the activation runs: no hole of theirs)
+        temps = [arena.alloc(n) for n in [A(size[o])] * fo + spread + [wt] if n]
     if out:
         arena.alloc(out[0], o)
     for k, n in zip(op.outputs[1:], more):
         arena.alloc(n, k)
-    # (its input-sized temporaries are one array: a depthwise multiplier M's spread copy
-    # of x, op_conv.spread's [H*W, C*M], the only op that makes more than one)
-    spread = [A(fi * max([size[k] for k in ins] or [0]))] if fi else []
-    temps = [arena.alloc(n) for n in [A(size[o])] * fo + spread + [pc, wt] if n]
+    if not last:
+        temps = [arena.alloc(n) for n in [A(size[o])] * fo + spread + [pc, wt] if n]
     fresh = max(arena.fresh(), fresh_run(out + [A(size[o])] * fo + ins_a + [pc, wt], arena.holes()))
     for k in temps:
         arena.free(k)
@@ -835,6 +855,18 @@ def op_need(r, spec, op, cur, arena, inplace=False):
         + spec.taps * A(0) + pc + wt + fresh
     r.largest = max([r.largest, A(size[o]), pc] + ins_a)
     return need
+
+
+def saved_floats(r) -> set:
+    """The saved activations and the tensors whose floats a saved view holds (a
+    reshape's input: held_views the other way)."""
+    if r.held is None:
+        from ..graph.optable import SPECS
+        r.held = set(r.plan.saved)
+        for op in reversed(r.g.ops):
+            if SPECS[op.name].view and op.outputs[0] in r.held:
+                r.held.add(op.inputs[0])
+    return r.held
 
 
 def weight_temps(r, spec, op, extra=0) -> int:

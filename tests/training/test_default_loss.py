@@ -365,3 +365,35 @@ def test_a_csv_row_holds_as_many_targets_as_follow_the_inputs(tmp_path):
     with pytest.raises(DataError, match=r'a .csv row holds the input values, then the targets '
                                         r'\(10 columns'):
         _run(tmp_path, MLP, str(tmp_path / 'short.csv'), loss='mse')
+
+
+def test_class_numbers_for_rows_of_one_value_are_refused(tmp_path):
+    """An output of rows of one value ([1, T, 1], a Keras 1-D autoencoder's) has one
+    class a row on the board (its cross-entropy takes the last axis), and prepare had
+    taken its T values for T classes: class numbers 0..T-1 were packed, and the run
+    failed in losses._onehot with IndexError at any heap (the planner sweep read it as a
+    need beyond 1.5x the plan).  Refused, saying what to do; mse trains it."""
+    from host_tools.formats.circle_build import CircleBuilder
+    T = 6
+    b = CircleBuilder(description='utrain test: rows of one value')
+    x = b.tensor('x', [1, 4])
+    z = b.tensor('z', [1, T])
+    w = np.random.default_rng(0).standard_normal((T, 4)).astype(np.float32)
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [T, 4], data=w),
+                             b.tensor('b', [T], data=np.zeros(T, np.float32))], [z])
+    o = b.tensor('o', [1, T, 1])
+    b.op('RESHAPE', [z, b.tensor('s', [3], data=np.array([1, T, 1], np.int32))], [o],
+         new_shape=[1, T, 1])
+    b.inputs(x)
+    b.outputs(o)
+    model = b.save(str(tmp_path / 'm.circle'))
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((8, 4)).astype(np.float32)
+    np.savez(tmp_path / 'c.npz', x=xs, y=rng.integers(0, T, 8))
+    for loss in ('scce', 'cce'):
+        with pytest.raises(DataError, match=r'6 rows of one value.*Reshape to \[1, 6\]'):
+            prepare(model, str(tmp_path / loss), data=str(tmp_path / 'c.npz'), loss=loss,
+                    lr=0.01, log=lambda *m: None)
+    np.savez(tmp_path / 'v.npz', x=xs, y=rng.standard_normal((8, T, 1)).astype(np.float32))
+    prepare(model, str(tmp_path / 'mse'), data=str(tmp_path / 'v.npz'), loss='mse', lr=0.01,
+            log=lambda *m: None)
