@@ -1594,10 +1594,10 @@ class Q8Pricer(_Fits):
         return self._fits_or_alts(p, lim, ranks, limit, fisher)
 
 
-def q8_macs(ls) -> int:
+def q8_macs(ls, forward=False) -> int:
     """Multiply-adds of one int8 training step of layer table ls: every weighted layer's
     forward, the input gradient of those above the lowest trained one, the weight
-    gradient of the windows that train."""
+    gradient of the windows that train (forward: the forward pass alone)."""
     first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
     n = 0
     for i, d in enumerate(ls):
@@ -1605,6 +1605,8 @@ def q8_macs(ls) -> int:
             continue
         f = d['wn'] * (1 if 'g' not in d else d['g'][10] * d['g'][11])
         n += f
+        if forward:
+            continue
         if i > first:
             n += f
         if d.get('train'):

@@ -511,3 +511,33 @@ def test_an_mse_loss_below_unit_scale_starts_above_the_lr(monkeypatch):
                            320, set(), said.append, 'm.tflite', 5e3)
     assert got == 0.032, said
     assert 'at 1 (mse from a held loss of 0.00155' in said[0], said
+
+
+def test_a_starved_probe_charges_its_held_samples_their_forward_pass_alone(tmp_path,
+                                                                          monkeypatch):
+    """Issue 28 (session 30): the held samples that judge a probe pass run forward only
+    (the held loss), but the probe's budget charged each a training step, so a probe
+    starved by its budget (an int8 run's MACS_Q8 on a large model) took a shorter pass
+    than it could.  A budget of 100 training steps: the pass is longer than the one the
+    old accounting (a held sample a step) leaves, and the pass and its held samples'
+    forward passes still fit the budget for the lrs it tries."""
+    from host_tools.prepare import lrprobe as L
+    real, seen = L._plan, []
+
+    def plan(n, macs, prefix_macs, budget=None, *a, **k):
+        monkeypatch.setattr(L, 'MACS', 100 * macs)      # (a starved float probe)
+        out = real(n, macs, prefix_macs, budget, *a, **k)
+        seen.append((n, macs, prefix_macs, a, k, out))
+        return out
+    monkeypatch.setattr(L, '_plan', plan)
+    model, data = _regression(tmp_path, 1.0, n=100)
+    prepare(model, str(tmp_path / 'run'), data=data, test_split=0.2, epochs=1,
+            log=lambda *a: None)
+    (n, macs, pre, a, k, out), = seen
+    old = real(n, macs, pre)        # (every held sample charged a training step)
+    assert not isinstance(out, str) and not isinstance(old, str), (out, old)
+    p, h, own, steps = out
+    assert not own and p > old[0], (out, old)
+    fwd = k.get('fwd', a[0] if a else macs)
+    assert fwd < macs and (steps + 1) * (p * macs + h * fwd) + pre * (p + h) <= L.MACS, \
+        (out, macs, fwd)
