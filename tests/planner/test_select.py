@@ -16,7 +16,7 @@ from host_tools.target import runner  # noqa: E402
 from host_tools.files.flatmodel import read_flat  # noqa: E402
 from host_tools.graph.passes import PrepareError  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
-from host_tools.prepare.select import layers  # noqa: E402
+from host_tools.prepare.select import describe, layers  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.files.trainconfig import read_train_config  # noqa: E402
 
@@ -1783,3 +1783,41 @@ def test_selection_takes_what_fits_with_the_memory_options_prepare_chooses(
     s = prepare(model, str(tmp_path / 'o'), select='auto', budget=budget, **kw)
     assert {int(i): r for i, r in s['select']['ranks'].items()} == {1: 'all', 2: 'all'}, said
     assert '--stream' in s['chose'] and s['heap']['total'] <= budget, (s['chose'], said)
+
+
+@pytest.fixture(scope='module')
+def few(tmp_path_factory):
+    """60 digits: a proxy of 48 samples, screening folds of 9."""
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    p = str(tmp_path_factory.mktemp('f') / 'f.npz')
+    np.savez(p, x=z['x'][:60], y=z['y'][:60])
+    return p
+
+
+def test_a_small_proxy_screens_each_candidate_on_enough_folds(tmp_path, few, monkeypatch):
+    """Issue 28, session 30 (the held-out int8 wine MLP, 54 proxy samples: its layer
+    before the classifier at half its channels, half:1, tests 0.982 where the choice
+    0:1/4 tests 0.917, but screened on one fold of 10 samples, on which the classifier
+    alone already scored 0.9, it gained nothing and was never verified): a screening
+    trial rests on SCREEN_VALIDATIONS validations, several folds of a small proxy, so a
+    layer level with the classifier alone on the first fold and 0.3 over it on every
+    other is verified and trains."""
+    from host_tools.prepare import select as sl
+    cands = layers(read_model(CNN))
+    cls = cands[-1][0]
+    prev = [i for i, kinds in cands if i < cls and 2 in kinds][-1]
+    half = {prev: 2, cls: 0}
+
+    def score(self, ranks, fold=0):
+        assert self.n_val < 10      # (a proxy of 48: folds of 9)
+        if ranks == {cls: 0}:
+            return 0.9 if fold == 0 else 0.5
+        if ranks == half:
+            return 0.9 if fold == 0 else 0.8
+        return 0.1
+    monkeypatch.setattr(sl.Trials, 'score', score)
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    s = prepare(CNN, str(tmp_path / 'o'), data=few, test_split=0.2, select='auto',
+                budget='300K', log=lambda *a: None, **SETTINGS)['select']
+    assert {int(i): r for i, r in s['ranks'].items()} == {prev: 'up', cls: 'all'}, s['ranks']
+
