@@ -1821,3 +1821,39 @@ def test_a_small_proxy_screens_each_candidate_on_enough_folds(tmp_path, few, mon
                 budget='300K', log=lambda *a: None, **SETTINGS)['select']
     assert {int(i): r for i, r in s['ranks'].items()} == {prev: 'up', cls: 'all'}, s['ranks']
 
+
+def test_a_long_trial_lead_under_one_proxy_sample_is_a_tie(tmp_path, monkeypatch):
+    """Issue 28, session 30 (the held-out BatchNorm MLP on breast_cancer, dropped
+    features, 120 proxy samples: on the long trials the last BatchNorm and the classifier
+    0.900, every layer's biases 0.892, less than one proxy sample (1/120) apart, and the
+    BatchNorm trained; the biases test 1.7 points over it on 10 seeds): SETTLE's tie is at
+    least one distinct proxy sample wide, and of the tied every layer's biases, the
+    shallowest (DEPTH_W), train; a lead of two samples still decides."""
+    from host_tools.prepare import select as sl
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=z['x'][:125], y=z['y'][:125])     # (a proxy of 100 samples)
+    cands = layers(read_model(CNN))
+    cls = cands[-1][0]
+    prev = [i for i, kinds in cands if i < cls][-1]
+    biases = {**{i: 1 for i, kinds in cands if i < cls and 1 in kinds}, cls: 0}
+    deeper = {prev: 0, cls: 0}
+    chosen = {}
+    for lead in (0.008, 0.02):
+        def score(self, ranks, fold=0):
+            sw = (0, 2, -2, 1, -1)[fold % 5]
+            if self.epochs > 1:         # the long trials (SETTLE): deeper `lead` over
+                return {describe(deeper): 0.9, describe(biases): 0.9 - lead}.get(
+                    describe(ranks), 0.1)
+            if ranks == deeper:         # the short: tied within the measured width
+                return 0.53 + 0.02 * sw
+            if ranks == biases:
+                return 0.525 - 0.02 * sw
+            return 0.5 if ranks == {cls: 0} else 0.1
+        lines = []
+        s = _auto_on(tmp_path, data, monkeypatch, score, lines.append)
+        assert any('tie-break' in str(x) for x in lines), lines
+        chosen[lead] = {int(i): r for i, r in s['ranks'].items()}
+    assert chosen[0.008] == {i: ('all' if r == 0 else 'bias') for i, r in biases.items()}, \
+        chosen
+    assert chosen[0.02] == {prev: 'all', cls: 'all'}, chosen
