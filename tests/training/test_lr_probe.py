@@ -375,7 +375,9 @@ def test_too_few_samples_or_too_costly_a_pass_say_so(tmp_path, monkeypatch):
     """6 training samples: no probe, and prepare says so and which lr the run takes.  A
     model whose pass costs more than the probe may take (here the budget cut to about
     100 training steps of this model, 160 K multiply-adds each) is probed on fewer
-    samples (24, judged on 8), and where even 8 cost too much, prepare says so."""
+    samples (judged on 8: 24 where a held sample was charged a training step, more since
+    it is charged its forward pass alone), and where even 8 cost too much, prepare says
+    so."""
     from host_tools.prepare import lrprobe
     model, said = _cnn(tmp_path / 'm.tflite'), []
     prepare(model, str(tmp_path / 'few'), data=_data(tmp_path / 'few.npz', 4.0, 8),
@@ -384,12 +386,14 @@ def test_too_few_samples_or_too_costly_a_pass_say_so(tmp_path, monkeypatch):
     assert any('lr probe did not run (6 training samples, it needs 8)' in m
                and 'lr 0.01' in m for m in said), said
     data = _data(tmp_path / 'd.npz', 4.0)
-    for macs, probed in ((16e6, True), (4e6, False)):
+    for macs, probed in ((16e6, True), (2.4e6, False)):
         monkeypatch.setattr(lrprobe, 'MACS', macs)
         said, run = [], str(tmp_path / f'big{macs:g}')
         prepare(model, run, data=data, test_split=0.25, log=said.append)
         if probed:
-            assert _lr(run) <= 0.0032 and any('one pass of 24 samples' in m for m in said), said
+            import re
+            n = [int(x) for m in said for x in re.findall(r'one pass of (\d+) samples', m)]
+            assert _lr(run) <= 0.0032 and n and 24 < n[0] < 64, said
         else:
             assert _lr(run) == 0.01 and any('lr probe did not run (one pass of 8 samples'
                                             in m for m in said), said
