@@ -1794,14 +1794,14 @@ def few(tmp_path_factory):
     return p
 
 
-def test_a_small_proxy_screens_each_candidate_on_enough_folds(tmp_path, few, monkeypatch):
+def test_a_small_proxy_screens_again_what_its_first_fold_found_no_gain_for(tmp_path, few, monkeypatch):
     """Issue 28, session 30 (the held-out int8 wine MLP, 54 proxy samples: its layer
     before the classifier at half its channels, half:1, tests 0.982 where the choice
     0:1/4 tests 0.917, but screened on one fold of 10 samples, on which the classifier
-    alone already scored 0.9, it gained nothing and was never verified): a screening
-    trial rests on SCREEN_VALIDATIONS validations, several folds of a small proxy, so a
-    layer level with the classifier alone on the first fold and 0.3 over it on every
-    other is verified and trains."""
+    alone already scored 0.9, it gained nothing and was never verified): on a small proxy
+    a layer the screening fold finds no gain for is screened again on SCREEN_VALIDATIONS
+    validations (several folds), so one level with the classifier alone on the first fold
+    and 0.3 over it on every other is verified and trains."""
     from host_tools.prepare import select as sl
     cands = layers(read_model(CNN))
     cls = cands[-1][0]
