@@ -59,6 +59,11 @@ Held out from every rule up to session 28:
             samples of two of its three cultivars, as a full-integer int8 model (prepare --int8's
             calibrated on its pre-training samples: every run and selection int8); task
             new-cultivar: the other 108 samples (the third cultivar's 48 all new), 54 / 54
+Held out from every rule up to session 29:
+  hicnn     a plain CNN with a flattened head on the digits (conv 3x3 1->8 -ReLU, average
+            pool 2, conv 3x3 8->16 -ReLU, flatten, Linear 256->32 -ReLU, Linear 32->10; no
+            BatchNorm), pre-trained on the other half of the classes: the digits 5-9
+            (labels (digit + 5) % 10); tasks new-classes (0-4 new) and noisy
 Made outside the project (not in the default --models; --heldout DIR holds the files):
   sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
             max pooled and concatenated, an FC without bias, softmax) and its 400 samples
@@ -938,6 +943,41 @@ def wine_task_data(name, n):
     return path, 0.5
 
 
+def hicnn_circle():
+    """A plain CNN with a flattened two-layer head on the digits, pre-trained on the other
+    half of the classes (issue 28, session 30: held out): conv 3x3 1->8 -ReLU, average
+    pool 2, conv 3x3 8->16 -ReLU, flatten (256), Linear 256->32 -ReLU, Linear(32, 10)
+    (no BatchNorm, no global pooling: the head's hidden layer holds most weights);
+    pre-trained on the digits 5-9 as the labels 0-4 (hicnn_task_data's labels: digit d is
+    (d + 5) % 10), seeded, cached."""
+    path = os.path.join(TMP, 'hicnn.circle')
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),
+                      nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                      nn.Linear(256, 32), nn.ReLU(), nn.Linear(32, 10))
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    y = (z['y'].astype(np.int64) + 5) % 10
+    m = make_tico.pretrain(m, z['x'].astype(np.float32), y, epochs=12, classes=5)
+    return _convert(m, (1, 1, 8, 8), path)
+
+
+def hicnn_task_data(name, n):
+    """task_data's digits with hicnn's labels ((digit + 5) % 10: the digits 0-4 are its
+    new classes 5-9)."""
+    path, split = task_data(name, n)
+    z = np.load(path)
+    out = path[:-4] + '-hi.npz'
+    savez(out, x=z['x'], y=(z['y'].astype(np.int64) + 5) % 10)
+    return out, split
+
+
 # Models made outside the project (issue 28: a Keras 3 export, not made by this bench),
 # read from --heldout DIR (default $UTRAIN_HELDOUT): name: (file, its samples .npz, the
 # prepare settings it differs in).  Not in the default --models (the files are not in the
@@ -1027,6 +1067,8 @@ MODELS = {
     'tabmlp': (tabmlp_circle, tab_task_data, ('recalibrated', 'dropped')),
     # held out from every rule up to session 28's; wine8 trains as int8 (MODEL_KW)
     'wine8': (wine8_circle, wine_task_data, ('new-cultivar',)),
+    # held out from every rule up to session 29's
+    'hicnn': (hicnn_circle, hicnn_task_data, ('new-classes', 'noisy')),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),

@@ -163,20 +163,22 @@ def _trainer(out_dir, cfg, cache, idx, tmp):
     return make, module('data').Dataset(path)
 
 
-def _plan(n, macs, prefix_macs, budget=None):
+def _plan(n, macs, prefix_macs, budget=None, fwd=None):
     """The probe's samples and steps for n training samples and a step of macs
-    multiply-adds (prefix_macs more a sample, once: a cached frozen prefix) within budget
-    multiply-adds (None: MACS, float's; an int8 run's MACS_Q8): (pass, held, own, steps),
-    own where the pass is judged on its own samples (fewer than MIN_SAMPLES: none to hold
-    out), or a str: why it cannot run.  PASS and HELD, or from 2 x PASS + HELD samples a
-    pass of LONG (LONG / 2) judged on LONG_HELD where STEPS lrs of it fit the budget."""
+    multiply-adds (prefix_macs more a sample, once: a cached frozen prefix; fwd, a held
+    sample's forward pass alone: None, a step's) within budget multiply-adds (None: MACS,
+    float's; an int8 run's MACS_Q8): (pass, held, own, steps), own where the pass is
+    judged on its own samples (fewer than MIN_SAMPLES: none to hold out), or a str: why
+    it cannot run.  PASS and HELD, or from 2 x PASS + HELD samples a pass of LONG (LONG /
+    2) judged on LONG_HELD where STEPS lrs of it fit the budget."""
     budget = budget or MACS
+    fwd = macs if fwd is None else min(fwd, macs)
     own = n < MIN_SAMPLES
     p = n if own else min(PASS, n - HELD // 2)
     h = p if own else min(HELD, n - p)
 
     def steps(p, h):
-        return min(STEPS, _lrs(p, h, own, macs, prefix_macs, budget))
+        return min(STEPS, _lrs(p, h, own, macs, prefix_macs, budget, fwd))
     if not own and n >= 2 * PASS + HELD:
         # (a longer pass where the samples and budget take STEPS lrs of it: 64 samples
         # did not tell the lrs apart that five epochs did, a Keras Conv1D regression on
@@ -190,26 +192,35 @@ def _plan(n, macs, prefix_macs, budget=None):
                 break
     if steps(p, h) < 1:
         # fewer samples, not no probe: LEAST held (the pass's harm shows on few, and shows
-        # the less the shorter the pass) and as long a pass as takes three lrs (down 10x)
+        # the less the shorter the pass) and as long a pass as takes three lrs (down 10x);
+        # a held sample costs its forward pass alone (fwd), a pass's sample a step
         h = p if own else min(h, LEAST)
-        a = int(budget // max(1, 3 * macs + prefix_macs))     # samples through three lrs
-        p = max(min(p, LEAST), min(p, a // 2 if own else a - h))
+        if own:
+            a = int(budget // max(1, 3 * (macs + fwd) + prefix_macs))
+        else:
+            a = int((budget - h * (3 * fwd + prefix_macs)) // max(1, 3 * macs + prefix_macs))
+        p = max(min(p, LEAST), min(p, a))
         h = p if own else h
     if steps(p, h) < 1:
         return (f'one pass of {p} samples and the loss on {h} would take about '
-                f'{(p + h) * macs / 1e9:.3g} G multiply-adds an lr; it takes at most '
+                f'{(p * macs + h * fwd) / 1e9:.3g} G multiply-adds an lr; it takes at most '
                 f'{budget / 1e9:g} G, for two lrs at least')
     return p, h, own, steps(p, h)
 
 
-def _lrs(p, h, own, macs, prefix_macs, budget):
+def _lrs(p, h, own, macs, prefix_macs, budget, fwd=None):
     """How many lrs past the first a pass of p samples judged on h (own: the same ones)
-    may try within budget multiply-adds (macs a step, prefix_macs a sample once)."""
-    return int((budget - prefix_macs * (p if own else p + h)) // max(1, macs * (p + h))) - 1
+    may try within budget multiply-adds (macs a step, prefix_macs a sample once, fwd a
+    held sample's forward pass: None, a step's).  The held samples are only run forward
+    (the held loss): charged a step each, a starved probe (an int8 run's MACS_Q8 on a
+    large model) had a third of the pass it could take."""
+    fwd = macs if fwd is None else fwd
+    return int((budget - prefix_macs * (p if own else p + h))
+               // max(1, macs * p + fwd * h)) - 1
 
 
 def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
-             prefix_macs=0, budget=None) -> float | None:
+             prefix_macs=0, budget=None, fwd=None) -> float | None:
     """The lr the probe chooses for run folder out_dir (its train.json's cfg, the files
     and settings as written), or None to keep cfg's: where lr was given, the training
     samples are too few (it says so), or every lr tried diverges (the run's own on_nan
@@ -231,7 +242,7 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     if 'lr' in given or n_train is None or not files.get('train'):
         return None
     lr0 = float(cfg['lr'])
-    plan = _plan(n_train, macs, prefix_macs, budget) if n_train >= FEW else (
+    plan = _plan(n_train, macs, prefix_macs, budget, fwd) if n_train >= FEW else (
         f'{n_train} training sample{"s" * (n_train != 1)}, it needs {FEW}')
     if isinstance(plan, str):
         log(f'{model_path}: the lr probe did not run ({plan}): the run trains at lr '
@@ -276,7 +287,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # from 0.01 to 0.00032, not in order of lr, and learned at 3.2e-6)
         # (and past the first that did not, one more: a lower one may lower it more)
         # (the pass above the lr is one of the budget's)
-        far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS) - bool(above))
+        far = min(FAR, _lrs(p, h, own, macs, prefix_macs, budget or MACS, fwd)
+                  - bool(above))
         last = min(steps, far)
         for k in range(1, (min(steps, ups) if up else far) + 1):
             lr = float('%.2g' % (lr1 * STEP ** (k if up else -k)))
@@ -379,13 +391,15 @@ def probe_written(out_dir, summary, given, log, model_path) -> dict:
     path = os.path.join(out_dir, 'train.json')
     with open(path) as f:
         cfg = json.load(f)
-    macs = []
+    macs, fwd = [], None
     for key in ('model', 'prefix'):
         if cfg['files'].get(key):
             with open(os.path.join(out_dir, cfg['files'][key])) as f:
-                macs.append(q8_macs(json.load(f)['layers']))
+                ls = json.load(f)['layers']
+            macs.append(q8_macs(ls))
+            fwd = q8_macs(ls, forward=True) if fwd is None else fwd
     lr = probe_lr(out_dir, cfg, summary.get('train_samples'), given, log, model_path,
-                  *macs[:1], prefix_macs=sum(macs[1:]), budget=MACS_Q8)
+                  *macs[:1], prefix_macs=sum(macs[1:]), budget=MACS_Q8, fwd=fwd)
     if lr is not None:
         cfg['lr'] = lr
         atomic_write(path, (json.dumps(cfg, indent=1) + '\n').encode())

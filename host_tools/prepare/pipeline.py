@@ -1272,8 +1272,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         k = next((i for i, op in enumerate(g.ops) if set(op.inputs) & set(p.params)), 0) \
             if cache else 0
         pre = sum(layer_macs(g, op) for op in g.ops[:k])
+        # (a held sample runs forward only: the ops above the prefix, once)
         lr = probe_lr(out_dir, dict(s, files=files), n_train, given, log, model_path,
-                      step_macs(g, p) - pre, cache, pre)
+                      step_macs(g, p) - pre, cache, pre,
+                      fwd=sum(layer_macs(g, op) for op in g.ops[k:]))
         s = s if lr is None else dict(s, lr=lr)
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])

@@ -746,7 +746,9 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path, monkeypatch):
     assert sm['int8'] and sm['select']['ranks']['4'] == 'all'
     assert sm['heap']['total'] <= budget
     chosen = {int(k): v for k, v in sm['select']['ranks'].items()}
-    with open(os.path.join(out, 'q8.json')) as f:
+    with open(os.path.join(out, 'train.json')) as f:      # (the table the run trains:
+        table = json.load(f)['files']['model']              # q8t.json beside a --cache)
+    with open(os.path.join(out, table)) as f:
         ls = {d['op']: d for d in json.load(f)['layers'] if 'op' in d}
     for op, rank in chosen.items():
         assert ls[op]['train'] == 1
