@@ -30,12 +30,17 @@ TRIAL_SETTINGS = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2
                       eps=1e-7, rho=0.9, metric='accuracy')
 
 
-@pytest.fixture(scope='module')
-def data(tmp_path_factory):
+def _digits(tmp_path_factory, n):
+    """The first n of the digits as an .npz of their own."""
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     p = str(tmp_path_factory.mktemp('d') / 'd.npz')
-    np.savez(p, x=z['x'][:360], y=z['y'][:360])
+    np.savez(p, x=z['x'][:n], y=z['y'][:n])
     return p
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    return _digits(tmp_path_factory, 360)
 
 
 def trains_at(out, heap):
@@ -1788,10 +1793,7 @@ def test_selection_takes_what_fits_with_the_memory_options_prepare_chooses(
 @pytest.fixture(scope='module')
 def few(tmp_path_factory):
     """60 digits: a proxy of 48 samples, screening folds of 9."""
-    z = np.load(os.path.join(DIGITS, 'digits.npz'))
-    p = str(tmp_path_factory.mktemp('f') / 'f.npz')
-    np.savez(p, x=z['x'][:60], y=z['y'][:60])
-    return p
+    return _digits(tmp_path_factory, 60)
 
 
 def test_a_small_proxy_screens_again_what_its_first_fold_found_no_gain_for(tmp_path, few, monkeypatch):
