@@ -53,9 +53,17 @@ def _checked(path, x, y):
     # been refused as 'class numbers 0 to 3' for a 4-output model, the loss not inferred)
     x, y = (a.astype(np.uint8) if a.dtype == np.bool_ else a for a in (x, y))
     if len(x) != len(y):
-        raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}')
+        raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}: give one label '
+                        '(a row of y) a sample, in the samples\' order')
     if len(x) == 0:
         raise DataError(f'{path}: holds no samples')
+    for name, a in (('x', x), ('y', y)):
+        if a.ndim > 1 and not a[0].size:
+            # (`dataset` of an (N, 0) array: an IndexError or numpy's 'zero-size array to
+            # reduction operation minimum' had escaped; prepare and evaluate said the model's)
+            raise DataError(f'{path}: {name} has shape {a.shape}: no values a sample; '
+                            f'save {name} with each sample\'s values ({name}.reshape(len({name}), '
+                            '-1) of at least one column)')
     return x, y
 
 
@@ -81,12 +89,25 @@ def load_csv(path, label='last', inputs=None):
                     lines.append(k + 1)
                 except ValueError:
                     sep = next((c for c in ';\t|' if len(row) == 1 and c in row[0]), None)
-                    if sep:     # (had been 'labels must be class numbers', of the whole row)
-                        raise DataError(f'{path}: line {k + 1} is one column of values separated '
-                                        f'by {sep!r} ({row[0][:40]!r}); utrain reads comma-separated '
-                                        "values: save the table with ',' between columns "
-                                        "(pandas: df.to_csv(path, sep=',', index=False))") from None
-                    if k == 0:
+                    if (sep is None and len(row) == 1 and len(row[0].split()) > 1
+                            and all(_number(v) for v in row[0].split())):
+                        sep = ' '       # (had been 'not a number in column 1', of line 2)
+                    semi = sep is None and len(row) > 1 and any(';' in v for v in row)
+                    if sep or semi:     # (had been 'labels must be class numbers', of the whole row)
+                        raise DataError(f'{path}: line {k + 1} is ' + (
+                            f'one column of values separated by {sep!r} ({row[0][:40]!r})' if sep
+                            else "values separated by ';' with decimal commas ("
+                                 f"{','.join(row)[:40]!r})") + '; utrain reads comma-separated '
+                                        "values" + ('' if sep else " with '.' as the decimal point")
+                                        + ": save the table with ',' between columns "
+                                        "(pandas: df.to_csv(path, sep=',', index=False)"
+                                        + ('' if sep else "; read it with pd.read_csv(path, "
+                                           "sep=';', decimal=',')") + ')') from None
+                    if k == 0 and not all(_number(v) or _number_like(v) or _missing(v)
+                                          for v in row):
+                        # (a name among them: a header.  A first row of numbers with a gap
+                        # ('NA', an empty cell) or a number written otherwise ('\u22121.5',
+                        # '1,5') had been taken for one and its sample dropped, unsaid)
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
                     last = (j == len(row) - 1 if label == 'last' else j == 0) and len(row) > 1
@@ -96,12 +117,17 @@ def load_csv(path, label='last', inputs=None):
                         raise DataError(f'{path}: line {k + 1}: column {j + 1} is empty' + (
                             ' (the line ends in a comma): remove the commas that end the lines'
                             if j == len(row) - 1 else ': fill it in, or drop the line')) from None
+                    if _missing(row[j]):
+                        raise DataError(f'{path}: line {k + 1}: column {j + 1} holds {row[j]!r}, '
+                                        'a missing value: fill it in, or drop the line') from None
                     raise DataError(f'{path}: line {k + 1}: not a number in column {j + 1} '
-                                    f'({row[j][:40]!r})' + ('; labels must be class numbers 0, 1, ... (or '
-                                               'target values): number the classes' if last else
-                                               '; a CSV of numbers is expected' + (
-                                                   ' (a comment line? remove it)' if
-                                                   row[j].lstrip().startswith('#') else ''))) from None
+                                    f'({row[j][:40]!r})' + (
+                                        f'; {_number_like(row[j])}' if _number_like(row[j]) else
+                                        '; labels must be class numbers 0, 1, ... (or '
+                                        'target values): number the classes' if last else
+                                        '; a CSV of numbers is expected' + (
+                                            ' (a comment line? remove it)' if
+                                            row[j].lstrip().startswith('#') else ''))) from None
     except UnicodeDecodeError as e:
         raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
                         'expected') from None
@@ -130,6 +156,30 @@ def _number(v) -> bool:
         return True
     except ValueError:
         return False
+
+
+_MISSING = ('', 'na', 'n/a', 'nan', 'null', 'none', '?', '-', '--', '#n/a')
+
+
+def _missing(v) -> bool:
+    """A spreadsheet's or pandas' mark of a missing value ('NA', 'N/A', 'null', '?', an
+    empty cell)."""
+    return v.strip().lower() in _MISSING
+
+
+def _number_like(v) -> str:
+    """What to write instead, for a cell that is a number written another way (a Unicode
+    minus, a decimal comma, a percent sign), else ''."""
+    t = v.strip()
+    fixes = []
+    for bad, what, good in (('\u2212', "'\u2212' (Unicode minus)", '-'),
+                            ('\u2013', "'\u2013' (en dash)", '-'),
+                            (',', 'a decimal comma', '.')):
+        if bad in t:
+            t, _ = t.replace(bad, good), fixes.append(f"{what}: write {good!r}")
+    if t.endswith('%'):
+        t, _ = t[:-1], fixes.append("a percent sign: write the number alone")
+    return ('the number is written with ' + '; '.join(fixes)) if fixes and _number(t) else ''
 
 
 def class_folders(path):
@@ -588,6 +638,13 @@ def crushed(x, dtype: str, scale: float, offset: float, where: str) -> None:
     half or more of its distinct samples alike: a few values far outside the rest set a
     step the others all fall within (one 1e30 among values of about 1 had been stored,
     and trained on, as samples all the same, unsaid)."""
+    if not np.float32(scale) >= np.finfo(np.float32).tiny:
+        # (values within 1e-36 of each other: the header's float32 scale was 0 or
+        # subnormal, and the files written were refused as a 'damaged header')
+        raise DataError(f'{where}: the values run from '
+                        f'{float(np.min(x)):.4g} to {float(np.max(x)):.4g}, a step of '
+                        f'{scale:.4g} as {dtype}, smaller than float32 holds: scale the '
+                        'data up, or store it as float32 (--dtype float32)')
     rows = np.asarray(x).reshape(len(x), -1)
     if len(rows) < 4:
         return
@@ -717,7 +774,8 @@ def load_inputs(path, inputs, label='last', size=None):
         raise DataError(f'{path}: not a readable .npz file ({e})') from None
     for k, a in xs:
         if len(a) != len(y):
-            raise DataError(f'{path}: {k} has {len(a)} samples but y has {len(y)}')
+            raise DataError(f'{path}: {k} has {len(a)} samples but y has {len(y)}: give each '
+                            'input array and y one row a sample, in one order')
     return _checked(path, np.concatenate([a for _, a in xs], axis=1), y)
 
 

@@ -334,11 +334,27 @@ def fixed_batch(g, x) -> str | None:
             'without batch_size; PyTorch: a dummy input of batch 1)')
 
 
+def no_batch(g, k) -> str | None:
+    """Why graph input or output tensor k has no batch dimension utrain can run (a shape
+    of rank 0 or 1: [6], []), with what to do, or None.  prepare had said 'the batch
+    dimension must be 1' and nothing of what to do; evaluate ONERT's 'cannot run it
+    (... name 'Oner' is not defined)'."""
+    t = g.tensors[k]
+    if len(t.shape) >= 2:
+        return None
+    io = 'input' if k in g.inputs else 'output'
+    return (f'{g.path}: the {io} tensor {k} ({t.name!r}) has shape {list(t.shape)}: no batch '
+            'dimension; utrain runs the model a sample at a time, as a batch of 1 '
+            f'(shape {[1] + [int(d) for d in t.shape] if len(t.shape) else [1, 1]}): export '
+            'it with a batch dimension (Keras: keras.Input(shape=...) without batch_size; '
+            'PyTorch through tico: an example input of batch 1)')
+
+
 def check_graph(g) -> None:
     """PrepareError for a graph that parses but cannot run (check_runnable) or that
     utrain cannot train: an input whose length or batch is fixed at run time / in the
     file; weights that do not fit their op."""
-    tname = check_runnable(g)
+    tname = runnable(g)     # (prepare's refusal had said what was wrong, not what to do)
     where = g.path
     nt = len(g.tensors)
     for k in g.inputs:
@@ -358,11 +374,11 @@ def check_graph(g) -> None:
         check_weights(g, op, tname)
 
 
-def runnable(g) -> None:
-    """check_runnable for a model given to evaluate or inspect (not to prepare): its
-    refusal says the file is damaged and what to do."""
+def runnable(g):
+    """check_runnable for a model given to evaluate, inspect or prepare: its refusal says
+    the file is damaged and what to do.  Returns check_runnable's tensor-naming function."""
     try:
-        check_runnable(g)
+        return check_runnable(g)
     except ValueError as e:
         raise PrepareError(f'{e}; the file is damaged or not a model utrain reads: use the '
                            'original (or export it again)') from None

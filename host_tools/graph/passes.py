@@ -122,9 +122,12 @@ def validate(g: Graph):
                                'float32 models (prepare dequantizes int8/uint8 tensors that carry '
                                + ('scales, as this one does, unless --no-rewrite: leave that out '
                                   'to train it)' if scaled else 'scales; this one has none)'))
+    from ..files.validate import no_batch
     for k in list(g.inputs) + list(g.outputs):
         shape = g.tensors[k].shape
-        if len(shape) < 2 or shape[0] != 1:
+        if no_batch(g, k):
+            raise PrepareError(no_batch(g, k))
+        if shape[0] != 1:
             raise PrepareError(f'{where}: tensor {k} ({g.tensors[k].name}) has shape {shape}; '
                                'the batch dimension must be 1 (batch size is a training setting)')
     if len(g.outputs) != 1 or len(g.inputs) != 1:

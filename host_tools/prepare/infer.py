@@ -43,14 +43,14 @@ def _read_runnable(path):
     it: ONERT and TFLite Micro are native code that crashes the process (a segmentation
     fault, no message) on a file whose op reads a tensor nothing writes; or when utrain
     would not run it as the file has it (a batch fixed in the file: validate.fixed_batch)."""
-    from ..files.validate import fixed_batch, runnable
+    from ..files.validate import fixed_batch, no_batch, runnable
     g = read_model(path)
     try:
         runnable(g)
     except ValueError as e:
         raise InferError(str(e)) from None
     for k in g.inputs:      # (a batch fixed in the file: ONERT's 'cannot run it' said nothing of it)
-        why = fixed_batch(g, g.tensors[k])
+        why = no_batch(g, k) or fixed_batch(g, g.tensors[k])
         if why:
             raise InferError(why)
     return g
