@@ -857,6 +857,12 @@ def split(n: int, test_split: float, seed: int):
     if n and n_test >= n:
         raise DataError(f'--test-split {test_split:g} holds out all {n} samples and leaves none '
                         'to train on: give a smaller fraction (or more samples)')
+    if n and test_split and not n_test:
+        # (a fraction of a few samples that rounds to none: the run had gone on without
+        # the test set asked for, its 'best' weights judged on nothing held out, unsaid)
+        raise DataError(f'--test-split {test_split:g} of {n} samples holds out none '
+                        f'({n * test_split:.2g} rounds to 0): give at least {1 / n:.2g} '
+                        '(one sample), or leave --test-split out to train on them all')
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])
 
 

@@ -138,3 +138,19 @@ def test_prepares_refusal_of_a_damaged_model_says_what_to_do(files, tmp_path):
     code, err = says(['prepare', model, data, '-o', tmp_path / 'o', '--lr', '0.1'])
     assert code == 2 and 'every dimension must be at least 1' in err \
         and 'use the original (or export it again)' in err, err
+
+
+# ------------------------------------------------------------------ a test split of none
+@pytest.mark.parametrize('cmd', ['prepare', 'dataset'])
+def test_a_test_split_that_holds_out_no_sample_is_refused(files, tmp_path, cmd):
+    """--test-split 0.01 of 24 samples: 0 test samples, and the run went on without the
+    test set asked for ('data: 24 train, 0 test'), its best weights judged on nothing held
+    out.  0.99 (none left to train on) had been refused; now this end is too."""
+    d, model, data = files
+    out = tmp_path / 'o'
+    argv = (['prepare', model, data, '-o', out, '--lr', '0.1'] if cmd == 'prepare' else
+            ['dataset', data, '-o', out]) + ['--test-split', '0.01']
+    code, err = says(argv)
+    assert code == 2 and '--test-split 0.01 of 24 samples holds out none' in err \
+        and 'give at least 0.042' in err, err
+    assert not (out / 'train.ds').exists()
