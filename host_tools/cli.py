@@ -309,6 +309,8 @@ def cmd_dataset(a):
                            f'prepare it again with them (prepare MODEL {a.source} -o {a.out}), or '
                            'give dataset -o another folder')
     size = _pixels(a.size)
+    for line in _unread_data_options(a, a.source):
+        print(f'warning: {line}', file=sys.stderr)
     d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
     scale, offset = d['scale'], d['offset']
@@ -489,11 +491,28 @@ def _pixels(size):
     raise ValueError(f'--size {size!r}: expected WxH in pixels, e.g. 32x32')
 
 
+def _unread_data_options(a, data):
+    """Lines saying which of --label (a .csv's) and --size (an image folder's) the data
+    does not read: `evaluate x.npz --label first` and `dataset x.npz --size 8x8` had been
+    taken without a word, the data read as if they had not been given."""
+    out = []
+    csv = str(data).lower().endswith('.csv')
+    if a.label == 'first' and not csv:
+        out.append(f'{data}: --label first: the label column of a .csv; this data is not one '
+                   '(an .npz\'s labels are its array y, a .ds holds them apart): leave it out')
+    if a.size and not os.path.isdir(data):
+        out.append(f'{data}: --size: the size the images of a folder of class folders are '
+                   'resized to; this data is no such folder: leave it out')
+    return out
+
+
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
     from .prepare.infer import evaluate, describe, image_pixels
     if a.limit is not None and a.limit < 1:     # (-1 scored all but the last, 0 all)
         raise ValueError(f'--limit {a.limit}: score at least 1 sample (leave it out for all)')
+    for line in _unread_data_options(a, a.data):
+        print(f'warning: {line}', file=sys.stderr)
     with image_pixels(a.model, a.data, lambda m: print(m, file=sys.stderr)):
         r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
                      size=_pixels(a.size), limit=a.limit, output=a.output)

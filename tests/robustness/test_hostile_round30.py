@@ -154,3 +154,16 @@ def test_a_test_split_that_holds_out_no_sample_is_refused(files, tmp_path, cmd):
     assert code == 2 and '--test-split 0.01 of 24 samples holds out none' in err \
         and 'give at least 0.042' in err, err
     assert not (out / 'train.ds').exists()
+
+
+# ------------------------------------------------------------------ options the data does not read
+@pytest.mark.parametrize('cmd', ['evaluate', 'dataset'])
+def test_a_data_option_the_data_does_not_read_is_said(files, tmp_path, cmd):
+    """--label first (a .csv's label column) and --size (an image folder's) given with an
+    .npz had been taken without a word, the data read as if they had not been given."""
+    d, model, data = files
+    argv = (['evaluate', model, data] if cmd == 'evaluate' else
+            ['dataset', data, '-o', tmp_path / 'ds']) + ['--label', 'first', '--size', '8x8']
+    code, err = says(argv)
+    assert code == 0 and f'{data}: --label first: the label column of a .csv' in err \
+        and f'{data}: --size:' in err and err.count('leave it out') == 2, err
