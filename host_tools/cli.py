@@ -273,25 +273,49 @@ def cmd_export(a):
              else ''))
     notes = r.get('notes')
     print('\n'.join(notes) if notes else '', end='\n' if notes else '')
+    other = _other_model(a)
+    if other:
+        print(f'warning: {other}', file=sys.stderr)
     return 0
+
+
+def _prepared_source(weights):
+    """The model file the weights' folder was prepared from (its prepare.json's model), or
+    None."""
+    import json
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(weights)), 'prepare.json')) as f:
+            src = json.load(f).get('model')
+    except (OSError, ValueError, AttributeError):
+        return None
+    return src if isinstance(src, str) else None
 
 
 def _prepared_from(model, weights) -> str:
     """export's refusal when the weights' folder was prepared from another model file
     (its prepare.json's model): which one (a float model given an int8 run's weights was
     told 'int8 training needs int8 activations')."""
-    import json
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(weights)), 'prepare.json')) as f:
-            src = json.load(f).get('model')
-    except (OSError, ValueError, AttributeError):
-        return ''
-    if not isinstance(src, str):
+    src = _prepared_source(weights)
+    if src is None:
         return ''
     same = os.path.samefile(src, model) if os.path.exists(src) and os.path.exists(model) \
         else os.path.basename(src) == os.path.basename(model)
     return '' if same else (f'\n  {weights} was trained in a folder prepared from {src}, not '
                             f'{model}: export into that model')
+
+
+def _other_model(a) -> str | None:
+    """export's warning when it wrote the weights into a model file other than (and not a
+    copy of) the one their folder was prepared from: the weights the run did not train
+    are that file's.  (Another model of the same shapes had been written into, unsaid.)"""
+    import filecmp
+    src = _prepared_source(a.weights)
+    if src is None or not (os.path.isfile(src) and os.path.isfile(a.model)) or \
+            filecmp.cmp(src, a.model, shallow=False):
+        return None
+    return (f'{a.weights} was trained in a folder prepared from {src}, a file that differs '
+            f'from {a.model}: {a.output} holds {a.model}\'s weights where the run trained '
+            f'none; export into {src} unless that is what you meant')
 
 
 def cmd_dataset(a):

@@ -8,7 +8,7 @@ what was wrong and not what to do."""
 import numpy as np
 import pytest
 
-from test_refusals import files, says  # noqa: E402,F401  (a model, samples)
+from test_refusals import files, prepared, says  # noqa: E402,F401  (a model, samples)
 
 
 def _rows(data, sep=',', cell=str):
@@ -167,3 +167,21 @@ def test_a_data_option_the_data_does_not_read_is_said(files, tmp_path, cmd):
     code, err = says(argv)
     assert code == 0 and f'{data}: --label first: the label column of a .csv' in err \
         and f'{data}: --size:' in err and err.count('leave it out') == 2, err
+
+
+# ------------------------------------------------------------------ export into another model
+def test_export_into_another_model_of_the_same_shapes_is_said(files, prepared, tmp_path):
+    """Weights of a folder prepared from one model file, exported into another of the same
+    shapes (a second model, another version of it): written without a word, the weights
+    the run did not train that other file's.  A copy of the file is the same model."""
+    import shutil
+    from test_pipeline import small_mlp
+    d, model, data = files
+    other = small_mlp(str(tmp_path / 'other.circle'), seed=5)
+    code, err = says(['export', other, prepared / 'weights.wof', '-o', tmp_path / 'o.circle'])
+    assert code == 0 and f'{prepared}/weights.wof was trained in a folder prepared from {model}, ' \
+        f'a file that differs from {other}' in err and f'export into {model}' in err, err
+    copy = tmp_path / 'copy.circle'
+    shutil.copy(model, copy)
+    code, err = says(['export', copy, prepared / 'weights.wof', '-o', tmp_path / 'c.circle'])
+    assert code == 0 and 'warning' not in err, err
