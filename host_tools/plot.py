@@ -22,7 +22,8 @@ def read_log(path, notes=None):
     while writing it: the next run's row appended to its piece) is left out, said in
     notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f'{path}: no such file')
+        from .paths import broken_link
+        raise FileNotFoundError(broken_link(path) or f'{path}: no such file')
     from .formats.ir import device
     if device(path):
         raise ValueError(device(path))

@@ -29,7 +29,8 @@ MAX_PIXELS = 1 << 24        # pixels of one image (PIL's bomb limit is 89 M)
 def load_npz(path):
     """(x, y) from an .npz holding arrays named x and y."""
     if not os.path.exists(path):
-        raise DataError(f'{path}: no such file')
+        from ..paths import broken_link
+        raise DataError(broken_link(path) or f'{path}: no such file')
     try:
         with np.load(path, allow_pickle=False) as z:
             if 'x' not in z or 'y' not in z:
@@ -366,7 +367,8 @@ def load(path, label='last', size=None, shape=None):
             return x.astype(np.float32) / 255.0, y
         return x.astype(np.float32) * np.float32(scale) + np.float32(offset), y
     if not os.path.exists(path):
-        raise DataError(f'{path}: no such file or folder')
+        from ..paths import broken_link
+        raise DataError(broken_link(path) or f'{path}: no such file or folder')
     if path.lower().endswith('.csv'):
         return load_csv(path, label, int(np.prod(shape[1:])) if shape is not None else None)
     if path.lower().endswith('.ds'):

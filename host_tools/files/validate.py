@@ -535,5 +535,9 @@ def os_error_text(e: OSError, where=None) -> str:
         # 'exists already; ... or remove it' had advised removing the user's file)
         return (f'{e.filename}: is a file, and a folder is needed there; give the path of a '
                 'folder (a new one, or one that exists)')
+    if name in ('ENOENT', 'ELOOP'):
+        from ..paths import broken_link
+        if broken_link(e.filename):
+            return broken_link(e.filename)
     what = _OS_ADVICE.get(name, f'{e.strerror}; check the path')
     return f'{e.filename}: {what}'

@@ -185,3 +185,30 @@ def test_export_into_another_model_of_the_same_shapes_is_said(files, prepared, t
     shutil.copy(model, copy)
     code, err = says(['export', copy, prepared / 'weights.wof', '-o', tmp_path / 'c.circle'])
     assert code == 0 and 'warning' not in err, err
+
+
+# ------------------------------------------------------------------ links that lead nowhere
+@pytest.mark.parametrize('loop', [True, False])
+@pytest.mark.parametrize('cmd', ['inspect', 'evaluate', 'dataset', 'plot', 'run', 'prepare -o'])
+def test_a_link_that_leads_nowhere_is_said_to_be_one(files, tmp_path, cmd, loop):
+    """A symbolic link to a file moved away, or links in a loop, had been 'no such file' (of
+    a name `ls` shows), 'no train.json here; run prepare first', or for prepare's -o
+    'OUT.preparing: a part of the path is a file, not a folder'.  (A -o link to a folder
+    not there yet is made, as before.)"""
+    import os
+    d, model, data = files
+    link = tmp_path / 'link'
+    os.symlink(tmp_path / 'loop' if loop else tmp_path / 'gone', link)
+    if loop:
+        os.symlink(link, tmp_path / 'loop')
+    argv = {'inspect': ['inspect', link], 'evaluate': ['evaluate', model, link],
+            'dataset': ['dataset', link, '-o', tmp_path / 'o'], 'plot': ['plot', link],
+            'run': ['run', link, '--python'],
+            'prepare -o': ['prepare', model, data, '-o', link, '--lr', '0.1']}[cmd]
+    code, err = says(argv)
+    if cmd == 'prepare -o' and not loop:
+        assert code == 0 and (tmp_path / 'gone' / 'train.json').exists(), err
+        return
+    assert code == 2 and f'{link}: a symbolic link to ' in err and ('leads back to it (a loop'
+                                                                   if loop else 'is not there') \
+        in err and 'point the link at' in err, err
