@@ -939,6 +939,15 @@ _PATHS = (('model', 'the model'), ('data_file', 'DATA'), ('data', 'the data'), (
 
 
 def main(argv=None):
+    for stream in (sys.stdout, sys.stderr):
+        # (a terminal or pipe whose encoding cannot hold a model's tensor name or a path,
+        # LANG=C, PYTHONIOENCODING=ascii: the command had stopped half way with 'error:
+        # 'ascii' codec can't encode characters in position 6-8'; such a character is
+        # printed as its escape, \u2013)
+        try:
+            stream.reconfigure(errors='backslashreplace')
+        except (AttributeError, ValueError, OSError):
+            pass
     try:        # (a Ctrl-C here, before a command runs, had ended in a traceback)
         p = parser()
         argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))

@@ -212,3 +212,26 @@ def test_a_link_that_leads_nowhere_is_said_to_be_one(files, tmp_path, cmd, loop)
     assert code == 2 and f'{link}: a symbolic link to ' in err and ('leads back to it (a loop'
                                                                    if loop else 'is not there') \
         in err and 'point the link at' in err, err
+
+
+# ------------------------------------------------------------------ a terminal of another encoding
+def test_names_a_terminal_cannot_print_are_escaped_not_an_error(tmp_path):
+    """A model whose tensor names are not ASCII, inspected where the terminal's encoding is
+    ASCII (LANG=C, PYTHONIOENCODING=ascii): "error: 'ascii' codec can't encode characters
+    in position 6-8", half the listing printed.  The name is printed escaped."""
+    import os
+    import subprocess
+    import sys
+    from repo import ROOT
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder()
+    x = b.tensor('\u5165\u529b', [1, 3])
+    p = b.tensor('\u2013p', [1, 3])
+    b.op('SOFTMAX', [x], [p], beta=1.0)
+    b.inputs(x)
+    b.outputs(p)
+    model = b.save(str(tmp_path / 'm.circle'))
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'inspect', model], cwd=ROOT,
+                       capture_output=True, env=dict(os.environ, PYTHONIOENCODING='ascii'),
+                       timeout=60)
+    assert r.returncode == 0 and b'\\u5165\\u529b' in r.stdout and b'\\u2013p' in r.stdout, r.stderr
