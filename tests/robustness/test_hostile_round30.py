@@ -235,3 +235,21 @@ def test_names_a_terminal_cannot_print_are_escaped_not_an_error(tmp_path):
                        capture_output=True, env=dict(os.environ, PYTHONIOENCODING='ascii'),
                        timeout=60)
     assert r.returncode == 0 and b'\\u5165\\u529b' in r.stdout and b'\\u2013p' in r.stdout, r.stderr
+
+
+# ------------------------------------------------------------------ -o the tool's own code
+@pytest.mark.parametrize('cmd', ['prepare', 'dataset'])
+def test_output_into_the_boards_code_folder_is_refused(files, cmd):
+    """-o micro (run from the checkout, meaning a folder of that name elsewhere): train.json,
+    the model and the samples had been written among the board's code, which deploy copies
+    onto every board."""
+    import os
+    from repo import ROOT
+    d, model, data = files
+    micro = os.path.join(ROOT, 'micro')
+    before = sorted(os.listdir(micro))
+    argv = (['prepare', model, data, '--lr', '0.1'] if cmd == 'prepare' else
+            ['dataset', data]) + ['-o', micro]
+    code, err = says(argv)
+    assert code == 2 and "utrain's own board code" in err and 'into another folder' in err, err
+    assert sorted(os.listdir(micro)) == before
