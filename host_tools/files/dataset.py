@@ -312,7 +312,7 @@ def labels(path, label='last', shape=None):
     path = os.fspath(path)
     if os.path.isdir(path):
         return np.arange(len(class_folders(path)))
-    if path.lower().endswith('.npz') and os.path.exists(path):
+    if path.lower().endswith('.npz') and os.path.exists(path) and not _pipe(path):
         try:
             with np.load(path, allow_pickle=False) as z:
                 y = z['y']
@@ -343,6 +343,14 @@ def pixels_as(path, scale, offset):
             _PIXELS[key] = old
 
 
+def _pipe(path) -> bool:
+    import stat
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def load(path, label='last', size=None, shape=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
     sub-folders of images (pixels scaled to [0, 1], or as pixels_as says; for a model
@@ -351,6 +359,11 @@ def load(path, label='last', size=None, shape=None):
     from ..formats.ir import device
     if device(path):
         raise DataError(device(path))
+    if not path.lower().endswith('.csv') and _pipe(path):
+        # (a named pipe no process writes: open() had waited for one forever)
+        raise DataError(f'{path}: a pipe (a FIFO), not a file: an .npz or .ds is read by '
+                        'seeking in it; save the data as a file and give its path (a .csv may '
+                        'come through a pipe)')
     if os.path.isdir(path):
         gray, nchw = True, False
         if shape is not None and len(shape) == 4 and (shape[3] in (1, 3) or shape[1] in (1, 3)):

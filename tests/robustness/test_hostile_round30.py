@@ -253,3 +253,22 @@ def test_output_into_the_boards_code_folder_is_refused(files, cmd):
     code, err = says(argv)
     assert code == 2 and "utrain's own board code" in err and 'into another folder' in err, err
     assert sorted(os.listdir(micro)) == before
+
+
+# ------------------------------------------------------------------ a named pipe as the data
+@pytest.mark.parametrize('cmd', ['evaluate', 'prepare'])
+def test_a_named_pipe_given_as_an_npz_is_refused_not_waited_on(files, tmp_path, cmd):
+    """A FIFO named x.npz (mkfifo) that no process writes: open() waited for a writer, the
+    command forever.  An .npz or .ds is read by seeking, so a pipe cannot be one."""
+    import os
+    import subprocess
+    import sys
+    from repo import ROOT
+    d, model, _ = files
+    p = tmp_path / 'x.npz'
+    os.mkfifo(p)
+    argv = {'evaluate': ['evaluate', model, p],
+            'prepare': ['prepare', model, p, '-o', tmp_path / 'o', '--lr', '0.1']}[cmd]
+    r = subprocess.run([sys.executable, '-m', 'host_tools'] + [str(a) for a in argv], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f'{p}: a pipe (a FIFO), not a file' in r.stderr, r.stderr
