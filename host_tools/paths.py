@@ -36,6 +36,7 @@ def broken_link(path, loops_only=False) -> str | None:
     as prepare's -o, 'OUT.preparing: a part of the path is a file'.  loops_only: None for
     a link to a path not there (prepare -o makes the folder it points at)."""
     import errno
+    target = '?'
     try:
         path = os.fspath(path)
         if not os.path.islink(path) or os.path.exists(path):
