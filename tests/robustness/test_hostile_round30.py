@@ -272,3 +272,36 @@ def test_a_named_pipe_given_as_an_npz_is_refused_not_waited_on(files, tmp_path, 
     r = subprocess.run([sys.executable, '-m', 'host_tools'] + [str(a) for a in argv], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f'{p}: a pipe (a FIFO), not a file' in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------ an .onnx ONNX Runtime cannot load
+def test_an_onnx_of_an_opset_onnx_runtime_does_not_know_is_scored_by_utrains_forward(tmp_path):
+    """A model stamped with an opset newer than the installed ONNX Runtime knows (a newer
+    exporter), which prepare takes and the board trains: evaluate had refused it with
+    ONNX Runtime's page of words ('ValidateOpsetForDomain(...) ONNX Runtime only
+    *guarantees* support ...').  utrain's own forward scores it, as where ONNX Runtime
+    is not installed, saying why; the score is ONNX Runtime's on the same model at a
+    known opset."""
+    pytest.importorskip('onnxruntime')
+    import onnx
+    from test_hostile_round28b import _conv_onnx
+    ok = _conv_onnx(tmp_path / 'ok.onnx')
+    m = onnx.load(ok)
+    m.opset_import[0].version = 99
+    new = tmp_path / 'new.onnx'
+    onnx.save(m, new)
+    r = np.random.default_rng(0)
+    data = tmp_path / 'd.npz'
+    np.savez(data, x=r.normal(size=(6, 2, 4, 4)).astype(np.float32), y=r.integers(0, 3, 6))
+    import io
+    from contextlib import redirect_stdout
+    from host_tools.cli import main as cli
+    outs = []
+    for m_ in (new, ok):
+        o = io.StringIO()
+        with redirect_stdout(o):
+            assert cli(['evaluate', str(m_), str(data)]) == 0
+        outs.append(o.getvalue())
+    assert "utrain's own forward" in outs[0] and 'cannot load the file' in outs[0] \
+        and 'Opset 99' in outs[0], outs[0]
+    assert outs[0].split(' [')[0].split(': ')[1] == outs[1].split(' [')[0].split(': ')[1], outs
