@@ -958,6 +958,12 @@ def main(argv=None):
         if empty:
             print(f'error: {empty} given as \'\' (an empty path): give its path', file=sys.stderr)
             return 2
+        for k in [k for k, _ in _PATHS] + ['output']:
+            # (a '~' the shell did not expand: quoted, `-o "~/run"`, or from a script's
+            # config: a folder named '~' had been made in the current one, unsaid)
+            v = getattr(a, k, None)
+            if isinstance(v, str) and v.startswith('~') and not os.path.lexists(v):
+                setattr(a, k, os.path.expanduser(v))
         from .target.runner import stop_signals
         from .target.device import light_gc
     except KeyboardInterrupt:

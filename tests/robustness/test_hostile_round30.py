@@ -305,3 +305,16 @@ def test_an_onnx_of_an_opset_onnx_runtime_does_not_know_is_scored_by_utrains_for
     assert "utrain's own forward" in outs[0] and 'cannot load the file' in outs[0] \
         and 'Opset 99' in outs[0], outs[0]
     assert outs[0].split(' [')[0].split(': ')[1] == outs[1].split(' [')[0].split(': ')[1], outs
+
+
+# ------------------------------------------------------------------ a '~' the shell left
+def test_a_tilde_the_shell_did_not_expand_is_the_home_folder(files, tmp_path, monkeypatch):
+    """-o "~/run" (quoted, or from a script's settings): a folder named '~' had been made in
+    the current one, the run in it, unsaid."""
+    d, model, data = files
+    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'home').mkdir()
+    code, err = says(['prepare', model, data, '-o', '~/run', '--lr', '0.1'])
+    assert code == 0 and (tmp_path / 'home' / 'run' / 'train.json').exists(), err
+    assert not (tmp_path / '~').exists()
