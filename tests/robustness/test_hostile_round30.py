@@ -318,3 +318,23 @@ def test_a_tilde_the_shell_did_not_expand_is_the_home_folder(files, tmp_path, mo
     code, err = says(['prepare', model, data, '-o', '~/run', '--lr', '0.1'])
     assert code == 0 and (tmp_path / 'home' / 'run' / 'train.json').exists(), err
     assert not (tmp_path / '~').exists()
+
+
+# ------------------------------------------------------------------ an output named as a folder
+@pytest.mark.parametrize('cmd', ['export', 'plot'])
+def test_an_output_ending_in_a_slash_of_no_folder_says_to_give_a_file_name(prepared, files,
+                                                                          tmp_path, cmd):
+    """-o new/ (a folder not there): export had said 'cannot write it (Not a directory,
+    41583935488 bytes free there, 1184 bytes needed)', plot matplotlib's "Format '' is not
+    supported"."""
+    d, model, _ = files
+    out = str(tmp_path / 'new') + '/'
+    log = tmp_path / 'train.log'
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+                   '1,0.5,0.7,0.4,0.8,3,\n2,0.4,0.8,0.3,0.9,3,\n')
+    argv = (['export', model, prepared / 'weights.wof', '-o', out] if cmd == 'export' else
+            ['plot', log, '-o', out])
+    code, err = says(argv)
+    assert code == 2 and f"{out}: names a folder (it ends in '/')" in err \
+        and 'a file name, e.g.' in err, err
+    assert not (tmp_path / 'new').exists()
