@@ -338,3 +338,18 @@ def test_an_output_ending_in_a_slash_of_no_folder_says_to_give_a_file_name(prepa
     assert code == 2 and f"{out}: names a folder (it ends in '/')" in err \
         and 'a file name, e.g.' in err, err
     assert not (tmp_path / 'new').exists()
+
+
+def test_an_onnx_output_that_is_a_constant_says_what_to_do(tmp_path):
+    """An .onnx whose graph lists an initializer among its outputs had been refused with
+    "output 'b' is a constant", nothing of what to do."""
+    import onnx
+    from onnx import helper, TensorProto
+    from test_hostile_round28b import _conv_onnx
+    m = onnx.load(_conv_onnx(tmp_path / 'c.onnx'))
+    m.graph.output.append(helper.make_tensor_value_info('b', TensorProto.FLOAT, [3]))
+    p = tmp_path / 'oc.onnx'
+    onnx.save(m, p)
+    code, err = says(['inspect', p])
+    assert code == 2 and "output 'b' is a constant" in err and 'export the model without' \
+        in err, err
