@@ -334,22 +334,6 @@ def fixed_batch(g, x) -> str | None:
             'without batch_size; PyTorch: a dummy input of batch 1)')
 
 
-def no_batch(g, k) -> str | None:
-    """Why graph input or output tensor k has no batch dimension utrain can run (a shape
-    of rank 0 or 1: [6], []), with what to do, or None.  prepare had said 'the batch
-    dimension must be 1' and nothing of what to do; evaluate ONERT's 'cannot run it
-    (... name 'Oner' is not defined)'."""
-    t = g.tensors[k]
-    if len(t.shape) >= 2:
-        return None
-    io = 'input' if k in g.inputs else 'output'
-    return (f'{g.path}: the {io} tensor {k} ({t.name!r}) has shape {list(t.shape)}: no batch '
-            'dimension; utrain runs the model a sample at a time, as a batch of 1 '
-            f'(shape {[1] + [int(d) for d in t.shape] if len(t.shape) else [1, 1]}): export '
-            'it with a batch dimension (Keras: keras.Input(shape=...) without batch_size; '
-            'PyTorch through tico: an example input of batch 1)')
-
-
 def check_graph(g) -> None:
     """PrepareError for a graph that parses but cannot run (check_runnable) or that
     utrain cannot train: an input whose length or batch is fixed at run time / in the

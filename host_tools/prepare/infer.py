@@ -46,7 +46,8 @@ def _read_runnable(path):
     it: ONERT and TFLite Micro are native code that crashes the process (a segmentation
     fault, no message) on a file whose op reads a tensor nothing writes; or when utrain
     would not run it as the file has it (a batch fixed in the file: validate.fixed_batch)."""
-    from ..files.validate import fixed_batch, no_batch, runnable
+    from ..files.validate import fixed_batch, runnable
+    from ..graph.passes import no_batch
     g = read_model(path)
     try:
         runnable(g)
