@@ -335,7 +335,8 @@ def cmd_dataset(a):
     size = _pixels(a.size)
     for line in _unread_data_options(a, a.source):
         print(f'warning: {line}', file=sys.stderr)
-    d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
+    d = ds.samples(a.source, a.out, 0.2 if a.test_split is None else a.test_split, a.split_seed,
+                   a.dtype, label=a.label, size=size, given=a.test_split is not None)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
     scale, offset = d['scale'], d['offset']
     wrote = [f'{paths[n]} ({len(idx)} samples, {os.path.getsize(paths[n])} B)'
@@ -738,7 +739,7 @@ def _args_dataset(sub):
     q.add_argument('-o', '--out', required=True, help='output folder for train.ds, test.ds')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8',
                    help='how samples are stored (value = q * scale + offset, from the header)')
-    q.add_argument('--test-split', type=number, default=0.2, help='fraction held out for test')
+    q.add_argument('--test-split', type=number, help='fraction held out for test (default 0.2)')
     q.add_argument('--split-seed', type=whole, default=0, help='seed of the test split\'s draw')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')

@@ -624,7 +624,8 @@ def read_dataset(path):
 
 
 def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
-                  names=('train.ds', 'test.ds'), scale=None, offset=None, where=None):
+                  names=('train.ds', 'test.ds'), scale=None, offset=None, where=None,
+                  given=True):
     """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
     train and test, quantize both with one scale (from the whole of x, unless given: an
     int8 model's input scale) and write them into out_dir.  Returns (train rows, test
@@ -633,7 +634,7 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     train file in a seeded shuffle (the train rows returned in that order): trained in
     the file's order, each class in a block, SGD forgets the earlier ones.  where: the
     data's file, named in a refusal (samples a few outliers' step would make alike)."""
-    tr, te = split(len(x), test_split, seed)
+    tr, te = split(len(x), test_split, seed, given)
     if sorted_by_class(y[tr]):
         tr = np.random.default_rng(seed).permutation(tr)
     if scale is None:
@@ -842,7 +843,8 @@ def channels_first(x, shape) -> bool:
     return len(shape) in (3, 4) and _laid_out(x, shape[-1:] + shape[1:-1], shape[1:])
 
 
-def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
+def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None,
+            given=True):
     """`dataset`'s samples pass: read_samples, then split and write (write_samples).
     Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
     from .locks import locked
@@ -856,6 +858,7 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
                 'to end (or stop it), or write the samples into another folder', DataError)
     try:
         tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype,
+                                                     given=given,
                                                      scale=scale, offset=offset)
     finally:
         os.close(fd)
@@ -863,8 +866,10 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
             'wrote': wrote}
 
 
-def split(n: int, test_split: float, seed: int):
-    """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
+def split(n: int, test_split: float, seed: int, given=False):
+    """(train indices, test indices): a seeded shuffle, then the last fraction is test.
+    given: the fraction is the user's (prepare's and `dataset`'s samples pass, not
+    `dataset`'s default nor a trial's), refused if it holds out no sample."""
     if isinstance(test_split, (str, bytes, bool)) or not 0.0 <= test_split < 1.0:
         raise DataError(f'--test-split {test_split!r}: must be a number in [0, 1)')
     idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
@@ -872,12 +877,12 @@ def split(n: int, test_split: float, seed: int):
     if n and n_test >= n:
         raise DataError(f'--test-split {test_split:g} holds out all {n} samples and leaves none '
                         'to train on: give a smaller fraction (or more samples)')
-    if n and test_split and not n_test:
+    if n and test_split and not n_test and given:
         # (a fraction of a few samples that rounds to none: the run had gone on without
         # the test set asked for, its 'best' weights judged on nothing held out, unsaid)
         raise DataError(f'--test-split {test_split:g} of {n} samples holds out none '
                         f'({n * test_split:.2g} rounds to 0): give at least {1 / n:.2g} '
-                        '(one sample), or leave --test-split out to train on them all')
+                        '(one sample), or --test-split 0 to hold out none')
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])
 
 

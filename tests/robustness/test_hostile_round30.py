@@ -357,3 +357,11 @@ def test_an_onnx_output_that_is_a_constant_says_what_to_do(tmp_path):
     code, err = says(['inspect', p])
     assert code == 2 and "output 'b' is a constant" in err and 'export the model without' \
         in err, err
+
+
+def test_datasets_default_split_of_a_few_samples_is_no_refusal(tmp_path):
+    """`dataset`'s own 0.2 (not given) of 2 samples holds out none, as before, unrefused."""
+    p = tmp_path / 'two.npz'
+    np.savez(p, x=np.ones((2, 6), np.float32), y=np.array([0, 1]))
+    code, err = says(['dataset', p, '-o', tmp_path / 'o'])
+    assert code == 0 and (tmp_path / 'o' / 'train.ds').exists(), err
