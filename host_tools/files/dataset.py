@@ -78,7 +78,7 @@ def load_csv(path, label='last', inputs=None):
     if os.path.getsize(path) > MAX_FILE:
         raise DataError(f'{path}: {os.path.getsize(path)} bytes; at most {MAX_FILE >> 20} MB of '
                         'CSV is read (convert a larger set to .npz)')
-    k, lines = 0, []
+    k, lines, index = 0, [], False
     try:
         # (utf-8-sig: a spreadsheet's byte-order mark had been 'not a number ('\ufeff1')')
         with open(path, newline='', encoding='utf-8-sig') as f:
@@ -104,11 +104,12 @@ def load_csv(path, label='last', inputs=None):
                                         "(pandas: df.to_csv(path, sep=',', index=False)"
                                         + ('' if sep else "; read it with pd.read_csv(path, "
                                            "sep=';', decimal=',')") + ')') from None
-                    if k == 0 and not all(_number(v) or _number_like(v) or _missing(v)
-                                          for v in row):
+                    if k == 0 and (not all(_number(v) or _number_like(v) or _missing(v)
+                                           for v in row) or _frame_header(row)):
                         # (a name among them: a header.  A first row of numbers with a gap
                         # ('NA', an empty cell) or a number written otherwise ('\u22121.5',
                         # '1,5') had been taken for one and its sample dropped, unsaid)
+                        index = not row[0].strip()     # (pandas' header over its index)
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
                     last = (j == len(row) - 1 if label == 'last' else j == 0) and len(row) > 1
@@ -145,6 +146,12 @@ def load_csv(path, label='last', inputs=None):
                         f'{len(rows[0])}: every row holds a sample\'s values and its label (fill '
                         'or drop the short rows)')
     a = np.array(rows, dtype=np.float64)
+    if index and len(a) > 2 and np.array_equal(a[:, 0], np.arange(len(a))):
+        # (df.to_csv(path) keeps the frame's index: read as an input or a target, it had
+        # been 'targets have 2 values per sample, the model outputs 3')
+        raise DataError(f'{path}: column 1 holds the row numbers 0, 1, 2, ... under an '
+                        'empty header cell: pandas\' index, not data; save the frame with '
+                        'df.to_csv(path, index=False), or drop that column')
     k = a.shape[1] - inputs if inputs and a.shape[1] - inputs > 1 else 1
     if label == 'first':
         return _checked(path, a[:, k:], a[:, 0] if k == 1 else a[:, :k])
@@ -157,6 +164,13 @@ def _number(v) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _frame_header(row) -> bool:
+    """pandas' header of a frame of integer column names saved with its index
+    (df.to_csv(path)): ',0,1,2,...'."""
+    return not row[0].strip() and [v.strip() for v in row[1:]] == [str(i) for i in
+                                                                   range(len(row) - 1)]
 
 
 _MISSING = ('', 'na', 'n/a', 'nan', 'null', 'none', '?', '-', '--', '#n/a')

@@ -365,3 +365,18 @@ def test_datasets_default_split_of_a_few_samples_is_no_refusal(tmp_path):
     np.savez(p, x=np.ones((2, 6), np.float32), y=np.array([0, 1]))
     code, err = says(['dataset', p, '-o', tmp_path / 'o'])
     assert code == 0 and (tmp_path / 'o' / 'train.ds').exists(), err
+
+
+@pytest.mark.parametrize('header', [',0,1,2,3,4,5,6', ',f0,f1,f2,f3,f4,f5,label'])
+def test_a_frames_index_column_is_named_not_read_as_data(files, tmp_path, header):
+    """df.to_csv(path) keeps pandas' index (an empty header cell, the rows numbered
+    0, 1, 2, ...): read as a value of each sample it had been 'targets have 2 values per
+    sample, the model outputs 3', and the header ',0,1,...' of a frame of integer column
+    names (all numbers but its empty first cell) is a header too."""
+    d, model, data = files
+    rows = _rows(data).strip().split('\n')
+    p = tmp_path / 'pd.csv'
+    p.write_text(header + '\n' + '\n'.join(f'{i},{r}' for i, r in enumerate(rows)) + '\n')
+    code, err = says(['evaluate', model, p])
+    assert code == 2 and f"{p}: column 1 holds the row numbers 0, 1, 2" in err \
+        and 'index=False' in err, err
