@@ -1,7 +1,7 @@
 """Session 30's hostile-input round (h67e, 930 cases from a driver outside the repo): data,
 models and paths of an unusual but real form.  A CSV whose first row of numbers has a gap
-or a number written another way, or a table separated by spaces or by ';' with decimal
-commas; arrays of no values a sample; values too close together for a uint8 step; a test
+or a number written another way, a table separated by spaces or by ';' with decimal
+commas, or pandas' index column; arrays of no values a sample; values too close together for a uint8 step; a test
 split that holds out none; --label or --size the data does not read; a model input with
 no batch dimension; an .onnx of an opset ONNX Runtime does not know, or with a constant
 output; weights exported into another model file; links that lead nowhere; a named pipe
