@@ -1,14 +1,15 @@
 """Session 30's hostile-input round (h67e, 930 cases from a driver outside the repo): data,
-models and paths of an unusual but real form.  A CSV whose first row of numbers has a gap
+models and paths of an unusual but real form. A CSV whose first row of numbers has a gap
 or a number written another way, a table separated by spaces or by ';' with decimal
-commas, or pandas' index column; arrays of no values a sample; values too close together for a uint8 step; a test
-split that holds out none; --label or --size the data does not read; a model input with
-no batch dimension; an .onnx of an opset ONNX Runtime does not know, or with a constant
-output; weights exported into another model file; links that lead nowhere; a named pipe
-as the data; a terminal that cannot print a name; -o the tool's own board code, a '~' the
-shell left, or a name ending in '/'.  Each had been taken without a word (the first
-sample dropped as a header, no test set, a folder named '~'), ended in a traceback or a
-hang, left files it then called damaged, or said what was wrong and not what to do."""
+commas, or pandas' index column; arrays of no values a sample; values too close together
+for a uint8 step; a test split that holds out none; --label or --size the data does not
+read; a model input with no batch dimension; an .onnx of an opset ONNX Runtime does not
+know, or with a constant output; weights exported into another model file; links that
+lead nowhere; a named pipe as the data; a terminal that cannot print a name; -o the
+tool's own board code, a '~' the shell left, or a name ending in '/'. Each had been
+taken without a word (the first sample dropped as a header, no test set, a folder named
+'~'), ended in a traceback or a hang, left files it then called damaged, or said what
+was wrong and not what to do."""
 import numpy as np
 import pytest
 
