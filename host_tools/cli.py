@@ -273,25 +273,49 @@ def cmd_export(a):
              else ''))
     notes = r.get('notes')
     print('\n'.join(notes) if notes else '', end='\n' if notes else '')
+    other = _other_model(a)
+    if other:
+        print(f'warning: {other}', file=sys.stderr)
     return 0
+
+
+def _prepared_source(weights):
+    """The model file the weights' folder was prepared from (its prepare.json's model), or
+    None."""
+    import json
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(weights)), 'prepare.json')) as f:
+            src = json.load(f).get('model')
+    except (OSError, ValueError, AttributeError):
+        return None
+    return src if isinstance(src, str) else None
 
 
 def _prepared_from(model, weights) -> str:
     """export's refusal when the weights' folder was prepared from another model file
     (its prepare.json's model): which one (a float model given an int8 run's weights was
     told 'int8 training needs int8 activations')."""
-    import json
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(weights)), 'prepare.json')) as f:
-            src = json.load(f).get('model')
-    except (OSError, ValueError, AttributeError):
-        return ''
-    if not isinstance(src, str):
+    src = _prepared_source(weights)
+    if src is None:
         return ''
     same = os.path.samefile(src, model) if os.path.exists(src) and os.path.exists(model) \
         else os.path.basename(src) == os.path.basename(model)
     return '' if same else (f'\n  {weights} was trained in a folder prepared from {src}, not '
                             f'{model}: export into that model')
+
+
+def _other_model(a) -> str | None:
+    """export's warning when it wrote the weights into a model file other than (and not a
+    copy of) the one their folder was prepared from: the weights the run did not train
+    are that file's.  (Another model of the same shapes had been written into, unsaid.)"""
+    import filecmp
+    src = _prepared_source(a.weights)
+    if src is None or not (os.path.isfile(src) and os.path.isfile(a.model)) or \
+            filecmp.cmp(src, a.model, shallow=False):
+        return None
+    return (f'{a.weights} was trained in a folder prepared from {src}, a file that differs '
+            f'from {a.model}: {a.output} holds {a.model}\'s weights where the run trained '
+            f'none; export into {src} unless that is what you meant')
 
 
 def cmd_dataset(a):
@@ -309,7 +333,10 @@ def cmd_dataset(a):
                            f'prepare it again with them (prepare MODEL {a.source} -o {a.out}), or '
                            'give dataset -o another folder')
     size = _pixels(a.size)
-    d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
+    for line in _unread_data_options(a, a.source):
+        print(f'warning: {line}', file=sys.stderr)
+    d = ds.samples(a.source, a.out, 0.2 if a.test_split is None else a.test_split, a.split_seed,
+                   a.dtype, label=a.label, size=size, given=a.test_split is not None)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
     scale, offset = d['scale'], d['offset']
     wrote = [f'{paths[n]} ({len(idx)} samples, {os.path.getsize(paths[n])} B)'
@@ -489,11 +516,28 @@ def _pixels(size):
     raise ValueError(f'--size {size!r}: expected WxH in pixels, e.g. 32x32')
 
 
+def _unread_data_options(a, data):
+    """Lines saying which of --label (a .csv's) and --size (an image folder's) the data
+    does not read: `evaluate x.npz --label first` and `dataset x.npz --size 8x8` had been
+    taken without a word, the data read as if they had not been given."""
+    out = []
+    csv = str(data).lower().endswith('.csv')
+    if a.label == 'first' and not csv:
+        out.append(f'{data}: --label first: the label column of a .csv; this data is not one '
+                   '(an .npz\'s labels are its array y, a .ds holds them apart): leave it out')
+    if a.size and not os.path.isdir(data):
+        out.append(f'{data}: --size: the size the images of a folder of class folders are '
+                   'resized to; this data is no such folder: leave it out')
+    return out
+
+
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
     from .prepare.infer import evaluate, describe, image_pixels
     if a.limit is not None and a.limit < 1:     # (-1 scored all but the last, 0 all)
         raise ValueError(f'--limit {a.limit}: score at least 1 sample (leave it out for all)')
+    for line in _unread_data_options(a, a.data):
+        print(f'warning: {line}', file=sys.stderr)
     with image_pixels(a.model, a.data, lambda m: print(m, file=sys.stderr)):
         r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
                      size=_pixels(a.size), limit=a.limit, output=a.output)
@@ -695,7 +739,7 @@ def _args_dataset(sub):
     q.add_argument('-o', '--out', required=True, help='output folder for train.ds, test.ds')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8',
                    help='how samples are stored (value = q * scale + offset, from the header)')
-    q.add_argument('--test-split', type=number, default=0.2, help='fraction held out for test')
+    q.add_argument('--test-split', type=number, help='fraction held out for test (default 0.2)')
     q.add_argument('--split-seed', type=whole, default=0, help='seed of the test split\'s draw')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
@@ -896,6 +940,15 @@ _PATHS = (('model', 'the model'), ('data_file', 'DATA'), ('data', 'the data'), (
 
 
 def main(argv=None):
+    for stream in (sys.stdout, sys.stderr):
+        # (a terminal or pipe whose encoding cannot hold a model's tensor name or a path,
+        # LANG=C, PYTHONIOENCODING=ascii: the command had stopped half way with 'error:
+        # 'ascii' codec can't encode characters in position 6-8'; such a character is
+        # printed as its escape, \u2013)
+        try:
+            stream.reconfigure(errors='backslashreplace')
+        except (AttributeError, ValueError, OSError):
+            pass
     try:        # (a Ctrl-C here, before a command runs, had ended in a traceback)
         p = parser()
         argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
@@ -906,6 +959,12 @@ def main(argv=None):
         if empty:
             print(f'error: {empty} given as \'\' (an empty path): give its path', file=sys.stderr)
             return 2
+        for k in [k for k, _ in _PATHS] + ['output']:
+            # (a '~' the shell did not expand: quoted, `-o "~/run"`, or from a script's
+            # config: a folder named '~' had been made in the current one, unsaid)
+            v = getattr(a, k, None)
+            if isinstance(v, str) and v.startswith('~') and not os.path.lexists(v):
+                setattr(a, k, os.path.expanduser(v))
         from .target.runner import stop_signals
         from .target.device import light_gc
     except KeyboardInterrupt:

@@ -27,3 +27,31 @@ ROOT = find_root()
 MICRO = os.path.join(ROOT, 'micro')
 BOARDS = os.path.join(ROOT, 'boards', 'boards.json')
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+
+
+def broken_link(path, loops_only=False) -> str | None:
+    """'<path>: a symbolic link to T, which is not there' (or which leads back to itself)
+    with what to do, for a path whose last part is a link that leads nowhere, else None.
+    Such a path had been 'no such file' (of a file `ls` shows), 'no train.json here', or,
+    as prepare's -o, 'OUT.preparing: a part of the path is a file'.  loops_only: None for
+    a link to a path not there (prepare -o makes the folder it points at)."""
+    import errno
+    target = '?'
+    try:
+        path = os.fspath(path)
+        if not os.path.islink(path) or os.path.exists(path):
+            return None
+        target = os.readlink(path)
+        os.stat(path)
+        return None
+    except OSError as e:
+        if not os.path.islink(path):
+            return None
+        loop = e.errno == errno.ELOOP
+    except (TypeError, ValueError):
+        return None
+    if loops_only and not loop:
+        return None
+    return (f'{path}: a symbolic link to {target}, which ' +
+            ('leads back to it (a loop of links)' if loop else 'is not there') +
+            ': point the link at what it stands for, or give that path itself')

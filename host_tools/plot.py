@@ -22,7 +22,8 @@ def read_log(path, notes=None):
     while writing it: the next run's row appended to its piece) is left out, said in
     notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f'{path}: no such file')
+        from .paths import broken_link
+        raise FileNotFoundError(broken_link(path) or f'{path}: no such file')
     from .formats.ir import device
     if device(path):
         raise ValueError(device(path))
@@ -81,6 +82,10 @@ def plot(log, out, notes=None):
     c = read_log(log, notes)
     if os.path.isdir(out):      # (matplotlib wrote '<folder>.png' beside it, said '<folder>')
         out = os.path.join(out, os.path.splitext(os.path.basename(log))[0] + '.png')
+    elif out.endswith(('/', os.sep)):
+        # (had been matplotlib's "Format '' is not supported", naming no file)
+        raise ValueError(f"{out}: names a folder (it ends in '/') that is not there: make it, "
+                         f"or give a file name, e.g. {os.path.join(out, 'curves.png')}")
     elif not os.path.splitext(out)[1]:
         out += '.png'           # (what matplotlib writes for a name without an ending)
     fmt = os.path.splitext(out)[1][1:].lower()

@@ -29,7 +29,8 @@ MAX_PIXELS = 1 << 24        # pixels of one image (PIL's bomb limit is 89 M)
 def load_npz(path):
     """(x, y) from an .npz holding arrays named x and y."""
     if not os.path.exists(path):
-        raise DataError(f'{path}: no such file')
+        from ..paths import broken_link
+        raise DataError(broken_link(path) or f'{path}: no such file')
     try:
         with np.load(path, allow_pickle=False) as z:
             if 'x' not in z or 'y' not in z:
@@ -53,9 +54,17 @@ def _checked(path, x, y):
     # been refused as 'class numbers 0 to 3' for a 4-output model, the loss not inferred)
     x, y = (a.astype(np.uint8) if a.dtype == np.bool_ else a for a in (x, y))
     if len(x) != len(y):
-        raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}')
+        raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}: give one label '
+                        '(a row of y) a sample, in the samples\' order')
     if len(x) == 0:
         raise DataError(f'{path}: holds no samples')
+    for name, a in (('x', x), ('y', y)):
+        if a.ndim > 1 and not a[0].size:
+            # (`dataset` of an (N, 0) array: an IndexError or numpy's 'zero-size array to
+            # reduction operation minimum' had escaped; prepare and evaluate said the model's)
+            raise DataError(f'{path}: {name} has shape {a.shape}: no values a sample; '
+                            f'save {name} with each sample\'s values ({name}.reshape(len({name}), '
+                            '-1) of at least one column)')
     return x, y
 
 
@@ -69,7 +78,7 @@ def load_csv(path, label='last', inputs=None):
     if os.path.getsize(path) > MAX_FILE:
         raise DataError(f'{path}: {os.path.getsize(path)} bytes; at most {MAX_FILE >> 20} MB of '
                         'CSV is read (convert a larger set to .npz)')
-    k, lines = 0, []
+    k, lines, index = 0, [], False
     try:
         # (utf-8-sig: a spreadsheet's byte-order mark had been 'not a number ('\ufeff1')')
         with open(path, newline='', encoding='utf-8-sig') as f:
@@ -81,12 +90,26 @@ def load_csv(path, label='last', inputs=None):
                     lines.append(k + 1)
                 except ValueError:
                     sep = next((c for c in ';\t|' if len(row) == 1 and c in row[0]), None)
-                    if sep:     # (had been 'labels must be class numbers', of the whole row)
-                        raise DataError(f'{path}: line {k + 1} is one column of values separated '
-                                        f'by {sep!r} ({row[0][:40]!r}); utrain reads comma-separated '
-                                        "values: save the table with ',' between columns "
-                                        "(pandas: df.to_csv(path, sep=',', index=False))") from None
-                    if k == 0:
+                    if (sep is None and len(row) == 1 and len(row[0].split()) > 1
+                            and all(_number(v) for v in row[0].split())):
+                        sep = ' '       # (had been 'not a number in column 1', of line 2)
+                    semi = sep is None and len(row) > 1 and any(';' in v for v in row)
+                    if sep or semi:     # (had been 'labels must be class numbers', of the whole row)
+                        raise DataError(f'{path}: line {k + 1} is ' + (
+                            f'one column of values separated by {sep!r} ({row[0][:40]!r})' if sep
+                            else "values separated by ';' with decimal commas ("
+                                 f"{','.join(row)[:40]!r})") + '; utrain reads comma-separated '
+                                        "values" + ('' if sep else " with '.' as the decimal point")
+                                        + ": save the table with ',' between columns "
+                                        "(pandas: df.to_csv(path, sep=',', index=False)"
+                                        + ('' if sep else "; read it with pd.read_csv(path, "
+                                           "sep=';', decimal=',')") + ')') from None
+                    if k == 0 and (not all(_number(v) or _number_like(v) or _missing(v)
+                                           for v in row) or _frame_header(row)):
+                        # (a name among them: a header.  A first row of numbers with a gap
+                        # ('NA', an empty cell) or a number written otherwise ('\u22121.5',
+                        # '1,5') had been taken for one and its sample dropped, unsaid)
+                        index = not row[0].strip()     # (pandas' header over its index)
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
                     last = (j == len(row) - 1 if label == 'last' else j == 0) and len(row) > 1
@@ -96,12 +119,17 @@ def load_csv(path, label='last', inputs=None):
                         raise DataError(f'{path}: line {k + 1}: column {j + 1} is empty' + (
                             ' (the line ends in a comma): remove the commas that end the lines'
                             if j == len(row) - 1 else ': fill it in, or drop the line')) from None
+                    if _missing(row[j]):
+                        raise DataError(f'{path}: line {k + 1}: column {j + 1} holds {row[j]!r}, '
+                                        'a missing value: fill it in, or drop the line') from None
                     raise DataError(f'{path}: line {k + 1}: not a number in column {j + 1} '
-                                    f'({row[j][:40]!r})' + ('; labels must be class numbers 0, 1, ... (or '
-                                               'target values): number the classes' if last else
-                                               '; a CSV of numbers is expected' + (
-                                                   ' (a comment line? remove it)' if
-                                                   row[j].lstrip().startswith('#') else ''))) from None
+                                    f'({row[j][:40]!r})' + (
+                                        f'; {_number_like(row[j])}' if _number_like(row[j]) else
+                                        '; labels must be class numbers 0, 1, ... (or '
+                                        'target values): number the classes' if last else
+                                        '; a CSV of numbers is expected' + (
+                                            ' (a comment line? remove it)' if
+                                            row[j].lstrip().startswith('#') else ''))) from None
     except UnicodeDecodeError as e:
         raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
                         'expected') from None
@@ -118,6 +146,12 @@ def load_csv(path, label='last', inputs=None):
                         f'{len(rows[0])}: every row holds a sample\'s values and its label (fill '
                         'or drop the short rows)')
     a = np.array(rows, dtype=np.float64)
+    if index and len(a) > 2 and np.array_equal(a[:, 0], np.arange(len(a))):
+        # (df.to_csv(path) keeps the frame's index: read as an input or a target, it had
+        # been 'targets have 2 values per sample, the model outputs 3')
+        raise DataError(f'{path}: column 1 holds the row numbers 0, 1, 2, ... under an '
+                        'empty header cell: pandas\' index, not data; save the frame with '
+                        'df.to_csv(path, index=False), or drop that column')
     k = a.shape[1] - inputs if inputs and a.shape[1] - inputs > 1 else 1
     if label == 'first':
         return _checked(path, a[:, k:], a[:, 0] if k == 1 else a[:, :k])
@@ -130,6 +164,37 @@ def _number(v) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _frame_header(row) -> bool:
+    """pandas' header of a frame of integer column names saved with its index
+    (df.to_csv(path)): ',0,1,2,...'."""
+    return not row[0].strip() and [v.strip() for v in row[1:]] == [str(i) for i in
+                                                                   range(len(row) - 1)]
+
+
+_MISSING = ('', 'na', 'n/a', 'nan', 'null', 'none', '?', '-', '--', '#n/a')
+
+
+def _missing(v) -> bool:
+    """A spreadsheet's or pandas' mark of a missing value ('NA', 'N/A', 'null', '?', an
+    empty cell)."""
+    return v.strip().lower() in _MISSING
+
+
+def _number_like(v) -> str:
+    """What to write instead, for a cell that is a number written another way (a Unicode
+    minus, a decimal comma, a percent sign), else ''."""
+    t = v.strip()
+    fixes = []
+    for bad, what, good in (('\u2212', "'\u2212' (Unicode minus)", '-'),
+                            ('\u2013', "'\u2013' (en dash)", '-'),
+                            (',', 'a decimal comma', '.')):
+        if bad in t:
+            t, _ = t.replace(bad, good), fixes.append(f"{what}: write {good!r}")
+    if t.endswith('%'):
+        t, _ = t[:-1], fixes.append("a percent sign: write the number alone")
+    return ('the number is written with ' + '; '.join(fixes)) if fixes and _number(t) else ''
 
 
 def class_folders(path):
@@ -261,7 +326,7 @@ def labels(path, label='last', shape=None):
     path = os.fspath(path)
     if os.path.isdir(path):
         return np.arange(len(class_folders(path)))
-    if path.lower().endswith('.npz') and os.path.exists(path):
+    if path.lower().endswith('.npz') and os.path.exists(path) and not _pipe(path):
         try:
             with np.load(path, allow_pickle=False) as z:
                 y = z['y']
@@ -292,6 +357,14 @@ def pixels_as(path, scale, offset):
             _PIXELS[key] = old
 
 
+def _pipe(path) -> bool:
+    import stat
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def load(path, label='last', size=None, shape=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
     sub-folders of images (pixels scaled to [0, 1], or as pixels_as says; for a model
@@ -300,6 +373,11 @@ def load(path, label='last', size=None, shape=None):
     from ..formats.ir import device
     if device(path):
         raise DataError(device(path))
+    if not path.lower().endswith('.csv') and _pipe(path):
+        # (a named pipe no process writes: open() had waited for one forever)
+        raise DataError(f'{path}: a pipe (a FIFO), not a file: an .npz or .ds is read by '
+                        'seeking in it; save the data as a file and give its path (a .csv may '
+                        'come through a pipe)')
     if os.path.isdir(path):
         gray, nchw = True, False
         if shape is not None and len(shape) == 4 and (shape[3] in (1, 3) or shape[1] in (1, 3)):
@@ -316,7 +394,8 @@ def load(path, label='last', size=None, shape=None):
             return x.astype(np.float32) / 255.0, y
         return x.astype(np.float32) * np.float32(scale) + np.float32(offset), y
     if not os.path.exists(path):
-        raise DataError(f'{path}: no such file or folder')
+        from ..paths import broken_link
+        raise DataError(broken_link(path) or f'{path}: no such file or folder')
     if path.lower().endswith('.csv'):
         return load_csv(path, label, int(np.prod(shape[1:])) if shape is not None else None)
     if path.lower().endswith('.ds'):
@@ -570,7 +649,8 @@ def read_dataset(path):
 
 
 def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
-                  names=('train.ds', 'test.ds'), scale=None, offset=None, where=None):
+                  names=('train.ds', 'test.ds'), scale=None, offset=None, where=None,
+                  given=True):
     """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
     train and test, quantize both with one scale (from the whole of x, unless given: an
     int8 model's input scale) and write them into out_dir.  Returns (train rows, test
@@ -579,7 +659,7 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     train file in a seeded shuffle (the train rows returned in that order): trained in
     the file's order, each class in a block, SGD forgets the earlier ones.  where: the
     data's file, named in a refusal (samples a few outliers' step would make alike)."""
-    tr, te = split(len(x), test_split, seed)
+    tr, te = split(len(x), test_split, seed, given)
     if sorted_by_class(y[tr]):
         tr = np.random.default_rng(seed).permutation(tr)
     if scale is None:
@@ -599,6 +679,13 @@ def crushed(x, dtype: str, scale: float, offset: float, where: str) -> None:
     half or more of its distinct samples alike: a few values far outside the rest set a
     step the others all fall within (one 1e30 among values of about 1 had been stored,
     and trained on, as samples all the same, unsaid)."""
+    if not np.float32(scale) >= np.finfo(np.float32).tiny:
+        # (values within 1e-36 of each other: the header's float32 scale was 0 or
+        # subnormal, and the files written were refused as a 'damaged header')
+        raise DataError(f'{where}: the values run from '
+                        f'{float(np.min(x)):.4g} to {float(np.max(x)):.4g}, a step of '
+                        f'{scale:.4g} as {dtype}, smaller than float32 holds: scale the '
+                        'data up, or store it as float32 (--dtype float32)')
     rows = np.asarray(x).reshape(len(x), -1)
     if len(rows) < 4:
         return
@@ -728,7 +815,8 @@ def load_inputs(path, inputs, label='last', size=None):
         raise DataError(f'{path}: not a readable .npz file ({e})') from None
     for k, a in xs:
         if len(a) != len(y):
-            raise DataError(f'{path}: {k} has {len(a)} samples but y has {len(y)}')
+            raise DataError(f'{path}: {k} has {len(a)} samples but y has {len(y)}: give each '
+                            'input array and y one row a sample, in one order')
     return _checked(path, np.concatenate([a for _, a in xs], axis=1), y)
 
 
@@ -780,7 +868,8 @@ def channels_first(x, shape) -> bool:
     return len(shape) in (3, 4) and _laid_out(x, shape[-1:] + shape[1:-1], shape[1:])
 
 
-def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
+def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None,
+            given=True):
     """`dataset`'s samples pass: read_samples, then split and write (write_samples).
     Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
     from .locks import locked
@@ -794,6 +883,7 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
                 'to end (or stop it), or write the samples into another folder', DataError)
     try:
         tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype,
+                                                     given=given,
                                                      scale=scale, offset=offset)
     finally:
         os.close(fd)
@@ -801,8 +891,10 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
             'wrote': wrote}
 
 
-def split(n: int, test_split: float, seed: int):
-    """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
+def split(n: int, test_split: float, seed: int, given=False):
+    """(train indices, test indices): a seeded shuffle, then the last fraction is test.
+    given: the fraction is the user's (prepare's and `dataset`'s samples pass, not
+    `dataset`'s default nor a trial's), refused if it holds out no sample."""
     if isinstance(test_split, (str, bytes, bool)) or not 0.0 <= test_split < 1.0:
         raise DataError(f'--test-split {test_split!r}: must be a number in [0, 1)')
     idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
@@ -810,6 +902,12 @@ def split(n: int, test_split: float, seed: int):
     if n and n_test >= n:
         raise DataError(f'--test-split {test_split:g} holds out all {n} samples and leaves none '
                         'to train on: give a smaller fraction (or more samples)')
+    if n and test_split and not n_test and given:
+        # (a fraction of a few samples that rounds to none: the run had gone on without
+        # the test set asked for, its 'best' weights judged on nothing held out, unsaid)
+        raise DataError(f'--test-split {test_split:g} of {n} samples holds out none '
+                        f'({n * test_split:.2g} rounds to 0): give at least {1 / n:.2g} '
+                        '(one sample), or --test-split 0 to hold out none')
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])
 
 

@@ -338,7 +338,7 @@ def check_graph(g) -> None:
     """PrepareError for a graph that parses but cannot run (check_runnable) or that
     utrain cannot train: an input whose length or batch is fixed at run time / in the
     file; weights that do not fit their op."""
-    tname = check_runnable(g)
+    tname = runnable(g)     # (prepare's refusal had said what was wrong, not what to do)
     where = g.path
     nt = len(g.tensors)
     for k in g.inputs:
@@ -358,11 +358,11 @@ def check_graph(g) -> None:
         check_weights(g, op, tname)
 
 
-def runnable(g) -> None:
-    """check_runnable for a model given to evaluate or inspect (not to prepare): its
-    refusal says the file is damaged and what to do."""
+def runnable(g):
+    """check_runnable for a model given to evaluate, inspect or prepare: its refusal says
+    the file is damaged and what to do.  Returns check_runnable's tensor-naming function."""
     try:
-        check_runnable(g)
+        return check_runnable(g)
     except ValueError as e:
         raise PrepareError(f'{e}; the file is damaged or not a model utrain reads: use the '
                            'original (or export it again)') from None
@@ -519,5 +519,9 @@ def os_error_text(e: OSError, where=None) -> str:
         # 'exists already; ... or remove it' had advised removing the user's file)
         return (f'{e.filename}: is a file, and a folder is needed there; give the path of a '
                 'folder (a new one, or one that exists)')
+    if name in ('ENOENT', 'ELOOP'):
+        from ..paths import broken_link
+        if broken_link(e.filename):
+            return broken_link(e.filename)
     what = _OS_ADVICE.get(name, f'{e.strerror}; check the path')
     return f'{e.filename}: {what}'

@@ -203,7 +203,9 @@ def check_path(path) -> str:
     """path as a str; ModelError when it is missing, a directory or a device."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise ModelError(path, "no such file")
+        from ..paths import broken_link
+        link = broken_link(path)
+        raise ModelError(path, link[len(path) + 2:] if link else "no such file")
     if os.path.isdir(path):
         raise ModelError(path, "is a directory, not a model file")
     if device(path):

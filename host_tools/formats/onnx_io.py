@@ -611,7 +611,10 @@ class _Reader(RecurrentOps):
         outs, passed = [], []
         for vi in live:
             if vi.name in self.const:
-                raise ModelError(self.path, f'output {vi.name!r} is a constant')
+                # (had said what, not what to do)
+                raise ModelError(self.path, f'output {vi.name!r} is a constant (no node '
+                                 'computes it; an exporter folded it): export the model '
+                                 'without that output, with the ones its nodes compute')
             k = self.get(vi.name, 'plain')
             src = next((v.name for v in inputs if self.plain.get(v.name) == k), None)
             if src is not None:     # (Godot RL Agents' state_ins -> state_outs)

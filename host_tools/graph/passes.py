@@ -129,7 +129,9 @@ def validate(g: Graph):
                                   'to train it)' if scaled else 'scales; this one has none)'))
     for k in list(g.inputs) + list(g.outputs):
         shape = g.tensors[k].shape
-        if len(shape) < 2 or shape[0] != 1:
+        if no_batch(g, k):
+            raise PrepareError(no_batch(g, k))
+        if shape[0] != 1:
             raise PrepareError(f'{where}: tensor {k} ({g.tensors[k].name}) has shape {shape}; '
                                'the batch dimension must be 1 (batch size is a training setting)')
     if len(g.outputs) != 1 or len(g.inputs) != 1:
@@ -137,6 +139,22 @@ def validate(g: Graph):
                            f'one output (this one has {len(g.inputs)} and {len(g.outputs)}): '
                            'runplan.one_input_output joins its inputs and keeps the output '
                            'the loss reads')
+
+
+def no_batch(g, k) -> str | None:
+    """Why graph input or output tensor k has no batch dimension utrain can run (a shape
+    of rank 0 or 1: [6], []), with what to do, or None.  prepare had said 'the batch
+    dimension must be 1' and nothing of what to do; evaluate ONERT's 'cannot run it
+    (... name 'Oner' is not defined)'."""
+    t = g.tensors[k]
+    if len(t.shape) >= 2:
+        return None
+    io = 'input' if k in g.inputs else 'output'
+    return (f'{g.path}: the {io} tensor {k} ({t.name!r}) has shape {list(t.shape)}: no batch '
+            'dimension; utrain runs the model a sample at a time, as a batch of 1 '
+            f'(shape {[1] + [int(d) for d in t.shape] if len(t.shape) else [1, 1]}): export '
+            'it with a batch dimension (Keras: keras.Input(shape=...) without batch_size; '
+            'PyTorch through tico: an example input of batch 1)')
 
 
 def parse_train(spec, n_ops: int) -> set:

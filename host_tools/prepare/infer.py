@@ -30,7 +30,10 @@ class InferError(ValueError):
 
 
 class NoRuntime(InferError):
-    """The runtime a model file runs under is not installed (ONNX Runtime)."""
+    """The runtime a model file runs under is not installed (ONNX Runtime), or cannot
+    load the file (an opset newer than it knows); runtime: the name of what scores it
+    instead (utrain's own forward), and why."""
+    runtime = None
 
 
 def _q(t):
@@ -44,13 +47,14 @@ def _read_runnable(path):
     fault, no message) on a file whose op reads a tensor nothing writes; or when utrain
     would not run it as the file has it (a batch fixed in the file: validate.fixed_batch)."""
     from ..files.validate import fixed_batch, runnable
+    from ..graph.passes import no_batch
     g = read_model(path)
     try:
         runnable(g)
     except ValueError as e:
         raise InferError(str(e)) from None
     for k in g.inputs:      # (a batch fixed in the file: ONERT's 'cannot run it' said nothing of it)
-        why = fixed_batch(g, g.tensors[k])
+        why = no_batch(g, k) or fixed_batch(g, g.tensors[k])
         if why:
             raise InferError(why)
     return g
@@ -268,7 +272,18 @@ def onnx_predictor(path):
     try:
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
     except Exception as e:      # onnxruntime raises its own types
-        raise InferError(f'{path}: ONNX Runtime cannot load it ({e})') from None
+        # (a model of an opset newer than the installed ONNX Runtime knows, one that the
+        # board trains, had been refused with ONNX Runtime's page of words: utrain's own
+        # forward scores it, as where ONNX Runtime is not installed; its words, kept short
+        # to their end, say why)
+        why = ' '.join(str(e).split())
+        why = why if len(why) <= 300 else '...' + why[-300:]
+        err = NoRuntime(f'{path}: ONNX Runtime {ort.__version__} cannot load it ({why})')
+        err.runtime = ('utrain\'s own forward (the board\'s code under CPython and numpy; '
+                       f'ONNX Runtime {ort.__version__}, the reference runtime, cannot load the '
+                       f'file: {why}' + ('; a newer onnxruntime may' if 'opset' in why else '')
+                       + ')')
+        raise err from None
     inp = sess.get_inputs()[0]
     shape = [1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]]
     # an embedding's int64 / int32 ids come as floats in the data
@@ -320,8 +335,10 @@ def predictor(path, read=None):
         if g is None:
             try:
                 g = read_model(path)
-            except ValueError:
-                pass
+            except ValueError as e:
+                if missing is not None and missing.runtime:
+                    # (neither reads it: the reader's words say what it is, what to do)
+                    raise InferError(str(e)) from None
         if g is None and missing:
             raise missing
         if g is not None:
@@ -330,7 +347,7 @@ def predictor(path, read=None):
             except ValueError as e:
                 raise InferError(str(e)) from None
         if missing:
-            return _onnx_own_forward(path, g, missing), _OWN_ONNX, None
+            return _onnx_own_forward(path, g, missing), missing.runtime or _OWN_ONNX, None
         return run, 'ONNX Runtime', None
     g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
@@ -619,7 +636,7 @@ def several_predictor(path, g):
             # leaves out) utrain's own forward of the output chosen, as predictor's
             run = _onnx_own_forward(path, g, e, output=getattr(g, 'output_place', None))
             t = ins[0]
-            return (lambda feeds, i: run(feeds[t.name][i:i + 1])), _OWN_ONNX
+            return (lambda feeds, i: run(feeds[t.name][i:i + 1])), e.runtime or _OWN_ONNX
         import onnxruntime as ort
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
         name, col = k.name, None

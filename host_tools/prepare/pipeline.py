@@ -2027,8 +2027,13 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
                 os.path.exists(p) and os.path.exists(out_path) and os.path.samefile(p, out_path)):
             raise PrepareError(f'{out_path}: export would overwrite its own input {p}; '
                                'give -o another name')
-    if os.path.isdir(out_path):
-        raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    if os.path.isdir(out_path) or out_path.endswith(('/', os.sep)):
+        # (a name ending in '/' of no folder there had been 'cannot write it (Not a
+        # directory, 41583935488 bytes free there, 1184 bytes needed)')
+        ext = os.path.splitext(model_path)[1] or '.circle'
+        raise PrepareError(f'{out_path}: ' + ('is a folder' if os.path.isdir(out_path) else
+                                              "names a folder (it ends in '/')")
+                           + f'; give -o a file name, e.g. {os.path.join(out_path, "trained" + ext)}')
     not_a_model = _not_a_model(out_path)
     if not_a_model:
         raise PrepareError(f'{out_path}: {not_a_model}, not a model; export writes a model '

@@ -44,6 +44,14 @@ def check_outputs(out_dir, inputs, names=OUTPUTS, cmd='prepare'):
                     and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
                 raise PrepareError(f'{src}: {cmd} writes {n} in {out_dir}, which is this input; '
                                    f'{cmd} into another folder (-o)')
+    from ..paths import broken_link, MICRO
+    if (os.path.realpath(out_dir) + os.sep).startswith(os.path.realpath(MICRO) + os.sep):
+        # (its train.json, model and samples had been written among the board's code, which
+        # deploy copies onto every board and run copies into every run folder)
+        raise PrepareError(f'{out_dir}: utrain\'s own board code ({MICRO}), which deploy and '
+                           f'run copy onto the board: {cmd} into another folder (-o)')
+    if broken_link(out_dir, loops_only=True):   # (had been 'OUT.preparing: a part of the
+        raise PrepareError(broken_link(out_dir, True))     # path is a file')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: is a file, and {cmd} writes a folder there; give -o the '
                            'path of a folder (a new one, or one that exists)')

@@ -627,7 +627,9 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         raise RuntimeError(f'{out_dir}: {who} is preparing this folder (in {stage}); '
                            'run it when that prepare ends')
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
-        raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
+        from ..paths import broken_link
+        raise FileNotFoundError(broken_link(out_dir) or
+                                f'{out_dir}: no train.json here; run `prepare` first')
     damaged_weights(out_dir)
     lock = locked(out_dir, lambda who: f'{out_dir}: {who} is ' + (
         'preparing this folder; run it when that prepare ends' if who.startswith('a prepare')
