@@ -242,7 +242,13 @@ def cmd_run(a):
                              f'{" and ".join(given)} out')
         from .target.runner import run
         code, text = run(a.dir, board=a.board, python=a.python, source=a.source)
-    from .target.runner import end_advice
+    from .target.runner import end_advice, STOPPED
+    if code == STOPPED and not a.emulate:
+        on = 'go on from there' if 'again to go on' in text else 'start over' \
+            if 'again to start over' in text else None
+        print(f'stopped before the run\'s end (exit code {STOPPED})'
+              + (f': `run {a.dir}` again to {on}' if on else ''), file=sys.stderr)
+        return code
     advice = end_advice(a.dir, text) if code else None
     if advice:
         print(advice, file=sys.stderr)

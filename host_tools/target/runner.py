@@ -610,12 +610,18 @@ def _other_slot(out_dir, what):
     return None
 
 
+# run's exit code when it was told to stop (Ctrl-C, SIGTERM, SIGHUP) and the board stopped
+# between samples, its checkpoint saved: 128 + SIGINT, as a shell reports a Ctrl-C
+STOPPED = 130
+
+
 def run(out_dir, board='unix', python=False, source=False, stream=True):
     """Run training in out_dir; returns (exit code, output text).  One run per folder at
     a time: a second is refused (a lock on the folder that the kernel drops when this
     process ends, killed or not).  A Ctrl-C here reaches train.py as a board's Ctrl-C
     does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
-    so it stops after saving a checkpoint from which resume is exact."""
+    so it stops after saving a checkpoint from which resume is exact, and the exit code
+    is STOPPED (the board's own 0 when it had ended anyway)."""
     if os.path.isfile(out_dir):     # (a file of the folder, the model: 'no train.json here')
         raise FileNotFoundError(f'{out_dir}: a file; give the folder prepare wrote (its -o)'
                                 + (f', {os.path.dirname(out_dir) or "."}' if os.path.exists(
@@ -648,6 +654,7 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
                              bufsize=1, start_new_session=True, pass_fds=(lock,))
         lines = []
         saved = stop_signals()
+        stopped = False
         try:
             while True:
                 try:
@@ -657,6 +664,7 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
                             print(line, end='', flush=True)
                     break
                 except KeyboardInterrupt:
+                    stopped = True
                     try:
                         p.stdin.write('\x03')
                         p.stdin.flush()
@@ -665,7 +673,11 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         finally:
             for sig, h in saved.items():
                 signal.signal(sig, h)
-        return p.wait(), ''.join(([note + '\n'] if note else []) + lines)
+        code = p.wait()
+        # (a run told to stop ends STOPPED, not 0, though the board saved its checkpoint
+        # and ended cleanly: `run r && export ...` had exported a half-trained model)
+        return (STOPPED if stopped and code == 0 else code), \
+            ''.join(([note + '\n'] if note else []) + lines)
     finally:
         os.close(lock)
 
