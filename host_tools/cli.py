@@ -984,7 +984,8 @@ def main(argv=None):
         # (a Ctrl-C the command did not take itself: deploy --run's second one, which
         # leaves the board training unfollowed; prepare, export, evaluate half way; a
         # SIGTERM or SIGHUP is one too: the files half written are removed)
-        print(f'\nstopped (Ctrl-C): {a.cmd} did not finish' + (
+        from .target.runner import stopped_by
+        print(f'\nstopped ({stopped_by()}): {a.cmd} did not finish' + (
             '; the board trains on unfollowed: `pull` once it ends (its train.log says when)'
             if a.cmd == 'deploy' and getattr(a, 'run', False) else ''), file=sys.stderr)
         return 130

@@ -712,6 +712,15 @@ def damaged_weights(out_dir):
                          'where it was prepared')
 
 
+_STOP = ['Ctrl-C']       # (what stopped the command: a SIGTERM or SIGHUP names itself)
+
+
+def stopped_by() -> str:
+    """What stopped the command (a KeyboardInterrupt): 'Ctrl-C', or the signal stop_signals
+    took as one ('SIGTERM': a `kill`, had been said to be a Ctrl-C)."""
+    return _STOP[0]
+
+
 def stop_signals():
     """SIGTERM and SIGHUP (`kill`, a timeout, a closed terminal or ssh session) taken as
     Ctrl-C is (KeyboardInterrupt) while a run trains, the CLI's commands too: the board
@@ -723,6 +732,7 @@ def stop_signals():
         return {}
 
     def stop(signum, frame):
+        _STOP[0] = signal.Signals(signum).name
         raise KeyboardInterrupt
 
     saved = {}

@@ -300,8 +300,8 @@ def test_a_setting_the_board_refuses_is_not_called_a_damaged_file(prepared, tmp_
 
 def test_export_told_to_stop_half_way_leaves_no_partial_file(files, prepared, tmp_path):
     """SIGTERM while export writes (here: as it syncs the file to disk): it stops as on
-    Ctrl-C, its temporary file removed and the output not made; it had died on the
-    signal, leaving .o.circle.*.tmp beside the output."""
+    Ctrl-C, its temporary file removed and the output not made, and says SIGTERM stopped
+    it; it had died on the signal, leaving .o.circle.*.tmp beside the output."""
     d, model, data = files
     run = tmp_path / 'run'
     shutil.copytree(prepared, run)
@@ -317,6 +317,8 @@ def test_export_told_to_stop_half_way_leaves_no_partial_file(files, prepared, tm
                         '-o', str(out / 'o.circle')], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 130 and 'export did not finish' in r.stderr, (r.returncode, r.stderr)
+    # (named for what stopped it: it had said 'stopped (Ctrl-C)' for a kill's SIGTERM)
+    assert 'stopped (SIGTERM)' in r.stderr, r.stderr
     assert 'Traceback' not in r.stderr and os.listdir(out) == [], os.listdir(out)
 
 
