@@ -82,7 +82,7 @@ def plot(log, out, notes=None):
     c = read_log(log, notes)
     if os.path.isdir(out):      # (matplotlib wrote '<folder>.png' beside it, said '<folder>')
         out = os.path.join(out, os.path.splitext(os.path.basename(log))[0] + '.png')
-    elif out.endswith(('/', os.sep)):
+    elif os.fspath(out).endswith(('/', os.sep)):
         # (had been matplotlib's "Format '' is not supported", naming no file)
         raise ValueError(f"{out}: names a folder (it ends in '/') that is not there: make it, "
                          f"or give a file name, e.g. {os.path.join(out, 'curves.png')}")

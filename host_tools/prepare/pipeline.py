@@ -2027,7 +2027,7 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
                 os.path.exists(p) and os.path.exists(out_path) and os.path.samefile(p, out_path)):
             raise PrepareError(f'{out_path}: export would overwrite its own input {p}; '
                                'give -o another name')
-    if os.path.isdir(out_path) or out_path.endswith(('/', os.sep)):
+    if os.path.isdir(out_path) or os.fspath(out_path).endswith(('/', os.sep)):
         # (a name ending in '/' of no folder there had been 'cannot write it (Not a
         # directory, 41583935488 bytes free there, 1184 bytes needed)')
         ext = os.path.splitext(model_path)[1] or '.circle'
