@@ -1022,7 +1022,7 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     sc = _screen(t, base, before, [c for c in cands if c[0] < cls], fits)
     fitting = _search(base, sc, fits)
     final, predicted = _finalists(base, fitting, sc, fits)
-    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
+    log(f'  screening: {t.ran} trials run, {_cached(t)} cached so far; now the best '
         f'{len(final)} configurations on {t.folds * t.parts} folds each'
         + (f' ({t.parts} partitions of {len(t.x)} samples)' if t.parts > 1 else ''))
     s0, tried = _verify(t, pr, base, final, predicted, log)
@@ -1386,7 +1386,7 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
     bias_gain, wgain = sc['bias_gain'], sc['wgain']
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
            'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
-           'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
+           'cached_trials': _cached(t), 'bias_gain': bias_gain,
            'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
            'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
                           for d, _, _, r in tried[1:]],
@@ -1405,6 +1405,12 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
                            if wgain or any(b for b in bias_gain[1:] if b) else
                            'nothing beyond the classifier fits the budget')
     return out
+
+
+def _cached(t) -> int:
+    """Trials t (and its batch-1 copy, Trials.batch_one) found cached, not run."""
+    one = getattr(t, '_one', None)
+    return len(t.cache) + (len(one.cache) if one is not None else 0) - t.ran
 
 
 def _gain_noise(t, base, ranks):
@@ -1639,7 +1645,7 @@ def report(res):
                         f'{p["heap"] // 1024} KB, {p["macs"]} MACs a step, {p["params"]} parameters'
                         if p else '')
                      + (f'; {res["trials"]} trials run in all (screening and folds), '
-                        f'{max(0, res["cached_trials"])} cached'
+                        f'{res["cached_trials"]} cached'
                         if 'trials' in res else ''))
         if res.get('batch') == 1:
             lines.append('  it fits the budget only at batch 1: its trials trained at batch 1, '
