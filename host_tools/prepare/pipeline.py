@@ -1620,9 +1620,11 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
 def fit_alternatives(s, target, data, given):
     """[(settings, target) overrides] of the memory options fit_options may choose for a
     selection's choice (OPTIONS the user left to prepare: --stream, --cache-on-host, each
-    alone and both; not --batch 1, which trains otherwise than the trials): a candidate
-    fits the budget with any of them (select.Pricer.fits), as a --train given by hand
-    does."""
+    alone and both; then --batch 1 with each of those, where the run's batch is larger):
+    a candidate fits the budget with any of them (select.Pricer.fits), as a --train given
+    by hand does; one that fits only at batch 1 has its trials at batch 1, as it trains
+    (select.Trials.score; before, the selections never took batch 1 and missed what fits a
+    board only there: hicnn's last:2 on rp2040, 4.8 points)."""
     free = []
     if 'stream' not in given and not s.get('stream'):
         free.append(({'stream': True}, {}))
@@ -1630,6 +1632,8 @@ def fit_alternatives(s, target, data, given):
         free.append(({}, {'cache': 'host'}))
     if len(free) == 2:
         free.append(({'stream': True}, {'cache': 'host'}))
+    if 'batch' not in given and int(s.get('batch') or 1) > 1:
+        free += [(dict(so, batch=1), to) for so, to in [({}, {})] + free]
     return free
 
 

@@ -284,15 +284,34 @@ class _Fits:
     def _within(self, p, lim) -> bool:
         return (lim is None or p['heap'] <= lim) and self.flash_refusal(p) is None
 
-    def _fits_or_alts(self, p, lim, ranks, limit, fisher) -> bool:
+    def _fits_or_alts(self, p, lim, ranks, limit, fisher, one=True) -> bool:
         """p within lim, or the candidate fits with one of self.alts' memory options
         (pricers of the options prepare chooses for a plan over the budget, as for a
         --train or --ranks given by hand); one that caches the frozen prefix not under the
-        board's scoring pass, which runs the layers the cache leaves out."""
+        board's scoring pass, which runs the layers the cache leaves out; one at batch 1
+        (one_alts) only with `one` and not under the pass (its candidates' gains were
+        measured at the run's batch, and a short list that fits only at batch 1 would
+        train them all at another batch than they were measured at)."""
         if self._within(p, lim):
             return True
         return any(a.fits(ranks, limit, fisher) for a in self.alts
-                   if not (fisher and a.target.get('cache')))
+                   if not (fisher and a.target.get('cache'))
+                   and (one and not fisher or a not in self.one_alts()))
+
+    def one_alts(self):
+        """The alts at batch 1 where the user's settings train at a larger batch (--batch
+        1, which prepare chooses itself after --stream and --cache-on-host)."""
+        return [a for a in self.alts if int(a.settings.get('batch') or 1) == 1
+                and int(self.settings.get('batch') or 1) > 1]
+
+    def at_batch1(self, ranks, limit):
+        """The alt at batch 1 that ranks fits with where it fits only at batch 1 (prepare's
+        fit pass, the user not giving --batch, then chooses --batch 1 for it, as for a
+        --train given by hand); else None."""
+        ones = self.one_alts()
+        if not ones or self.fits(ranks, limit, one=False):
+            return None
+        return next((a for a in ones if a.fits(ranks, limit)), None)
 
 
 class Pricer(_Fits):
@@ -340,7 +359,7 @@ class Pricer(_Fits):
                               'writes': [g.tensors[k].shape for k in p.params]}
         return self.memo[key]
 
-    def fits(self, ranks, limit, fisher=False):
+    def fits(self, ranks, limit, fisher=False, one=True):
         """limit(heap plan) -> bytes or None (prepare's budget and board profile); a
         candidate whose checkpoints the board's flash cannot hold does not fit either.  A
         candidate over the limit with the user's memory options fits where it does with
@@ -350,7 +369,8 @@ class Pricer(_Fits):
         series) left out last:15, which prepare --train last:15 trains with the cache
         (0.660 against the selection's 0.579)."""
         p = self.price(ranks, fisher)
-        return self._fits_or_alts(p, limit(p['plan']) if limit else None, ranks, limit, fisher)
+        return self._fits_or_alts(p, limit(p['plan']) if limit else None, ranks, limit,
+                                  fisher, one)
 
 
 def trained_params(g, p) -> int:
@@ -412,6 +432,11 @@ class Trials:
                  samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare,
                  defaults=None):
         self.prepare = prepare
+        # (batch_one: the same trials at batch 1, for the candidates that fit only there)
+        self._made = ((model_path, data, settings, test_split, split_seed, rewrite),
+                      dict(samples=samples, log=log, folds=folds, prepare=prepare,
+                           defaults=defaults))
+        self.one, self._one = None, None
         from ..files import dataset as ds
         from ..formats.circle_io import read_model
         from ..graph.inout import choose_output
@@ -489,9 +514,36 @@ class Trials:
     def _key(ranks, fold):
         return describe(ranks) + ('#%d' % fold if fold else '')
 
+    # A candidate that fits the budget only at batch 1 (Pricer.at_batch1: prepare's fit
+    # pass, the user not giving --batch, chooses --batch 1 for it, as for a --train given
+    # by hand) is a candidate, and its trials train at batch 1 as it would (self.one: ranks
+    # -> True there; batch_one: these trials at batch 1, the same proxy and folds, so its
+    # means compare with the others').  bench/transfer.py's held-out hicnn on noisy digits
+    # at rp2040's defaults (batch 4): last:2 fits only at batch 1 and tests 0.834 there;
+    # the selections, never pricing batch 1, trained half:7's layers at batch 4: 0.786.
+
+    def batch_one(self):
+        """These trials at batch 1 (and this one's epochs), made once: the same proxy,
+        folds and shuffles (its settings nobody gave as the run at batch 1 trains them)."""
+        if self._one is None:
+            (mp, data, settings, ts, ss, rw), kw = self._made
+            self._one = type(self)(mp, data, dict(settings, batch=1), ts, ss, rw,
+                                   epochs=self.epochs, **kw)
+        return self._one
+
+    def _at1(self, ranks) -> bool:
+        return bool(self.one and self.settings['batch'] != 1 and self.one(ranks))
+
     def score(self, ranks, fold=0) -> float:
         """Test metric after a short fine-tuning with ranks (higher is better: accuracy,
         or minus the MAE); fold picks another split of the proxy samples."""
+        if self._at1(ranks):
+            t1 = self.batch_one()
+            ran = t1.ran
+            sc = t1.score(ranks, fold)
+            self.ran += t1.ran - ran
+            self.failed.update(t1.failed)
+            return sc
         key = self._key(ranks, fold)
         if key not in self.cache:
             self.cache[key] = self._run(ranks, fold)
@@ -513,6 +565,7 @@ class Trials:
         except (OSError, ValueError):
             t.cache = {}
         t.ran, t.failed = 0, {}
+        t._one = None               # (its batch-1 trials as long: made when wanted)
         return t
 
     def _save(self):
@@ -567,6 +620,13 @@ class Trials:
         """Score the (ranks, fold) items not cached yet, stacked: those that share a
         prepared model together (what stacked does not cover is left to score(), one
         by one)."""
+        ones = [(r, f) for r, f in items if self._at1(r)]
+        if ones:
+            t1 = self.batch_one()
+            ran = t1.ran
+            t1.prefetch(ones)
+            self.ran += t1.ran - ran
+            items = [(r, f) for r, f in items if not self._at1(r)]
         want = list({self._key(r, f): (r, f) for r, f in items
                      if self._key(r, f) not in self.cache}.values())
         if len(want) < 2 or not (STACK and self.STACKS) or micro('optim').ROWWISE:
@@ -944,10 +1004,14 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     fits = lambda r: pr.fits(r, limit)      # noqa: E731
     # the classifier trains whole (a part of its outputs would leave classes untrained)
     base = {cls: 0}
-    if not fits(base):
+    # (a classifier alone that fits only at batch 1: nothing fits here; pipeline's
+    # select_fitting then selects at batch 1 throughout)
+    if not pr.fits(base, limit, one=False):
         return {'ranks': base, 'fallback': 'nothing fits, not even the classifier'}
     t = (trials or Trials)(model_path, data, settings, test_split, split_seed, rewrite, log=log,
                            **trial_opts)
+    if pr.one_alts():       # (the candidates that fit only at batch 1 train so: Trials.score)
+        t.one = lambda r: pr.at_batch1(r, limit) is not None     # noqa: E731
     log(f'select auto: {len(before)} candidate layers before the classifier (op {cls}); '
         f'trials of {t.epochs} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
         f'samples, scored on {int(round(t.frac * len(t.x)))} ({t.folds} folds)')
@@ -958,11 +1022,15 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     sc = _screen(t, base, before, [c for c in cands if c[0] < cls], fits)
     fitting = _search(base, sc, fits)
     final, predicted = _finalists(base, fitting, sc, fits)
-    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
+    log(f'  screening: {t.ran} trials run, {_cached(t)} cached so far; now the best '
         f'{len(final)} configurations on {t.folds * t.parts} folds each'
         + (f' ({t.parts} partitions of {len(t.x)} samples)' if t.parts > 1 else ''))
     s0, tried = _verify(t, pr, base, final, predicted, log)
-    return _result(t, pr, base, s0, tried, sc)
+    out = _result(t, pr, base, s0, tried, sc)
+    one = pr.at_batch1(out['ranks'], limit) if pr.one_alts() else None
+    if one is not None:         # (priced as it trains: prepare chooses --batch 1 for it)
+        out.update(batch=1, price=one.price(out['ranks']))
+    return out
 
 
 # A layer the screening fold finds no gain for is screened again on at least
@@ -1318,7 +1386,7 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
     bias_gain, wgain = sc['bias_gain'], sc['wgain']
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
            'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
-           'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
+           'cached_trials': _cached(t), 'bias_gain': bias_gain,
            'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
            'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
                           for d, _, _, r in tried[1:]],
@@ -1337,6 +1405,12 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
                            if wgain or any(b for b in bias_gain[1:] if b) else
                            'nothing beyond the classifier fits the budget')
     return out
+
+
+def _cached(t) -> int:
+    """Trials t (and its batch-1 copy, Trials.batch_one) found cached, not run."""
+    one = getattr(t, '_one', None)
+    return len(t.cache) + (len(one.cache) if one is not None else 0) - t.ran
 
 
 def _gain_noise(t, base, ranks):
@@ -1435,11 +1509,12 @@ def _short(auto, pr, limit):
         # the best configuration fits the budget but not beside the board's scoring pass
         # (its code and kept outputs): a pass that pushes out the best leaves the board
         # only worse choices, so the host's best trains as it is
-        return {'ranks': top, 'price': pr.price(top),
+        return {'ranks': top, 'price': auto.get('price') or pr.price(top),
                 'note': f'select board: {describe(top)} (the proxy\'s best, score '
                         f'{auto["score"]:.3f}) fits the budget only without the board\'s '
-                        'scoring pass: it trains as chosen on the host, the board does not '
-                        'score'}
+                        'scoring pass' + (' and at batch 1 (its trials trained at batch 1; '
+                        'prepare chooses --batch 1 for it)' if auto.get('batch') == 1 else '')
+                        + ': it trains as chosen on the host, the board does not score'}
     # in auto's order (tried: its choice first, the most trained within TIE of the best
     # mean): re-sorted by the measured gain alone, a configuration within the trials'
     # noise of auto's choice and cheaper came first and its union with auto's choice
@@ -1572,6 +1647,10 @@ def report(res):
                      + (f'; {res["trials"]} trials run in all (screening and folds), '
                         f'{res["cached_trials"]} cached'
                         if 'trials' in res else ''))
+        if res.get('batch') == 1:
+            lines.append('  it fits the budget only at batch 1: its trials trained at batch 1, '
+                         'and prepare chooses --batch 1 for it (give --batch to decide '
+                         'otherwise)')
         for d, sc, heap, macs in res.get('runners_up', []):
             lines.append(f'  runner-up {d}: score {sc:.3f}, {heap // 1024} KB, {macs} MACs')
         if res.get('uncertain'):
@@ -1634,7 +1713,7 @@ class Q8Pricer(_Fits):
                                       False, None, 'host') else None)}
         return self.memo[key]
 
-    def fits(self, ranks, limit, fisher=False):
+    def fits(self, ranks, limit, fisher=False, one=True):
         """Does ranks' plan fit limit(plan)?  Over it, priced again as prepare writes it:
         with the SGD state it drops where that fits (quant.state_where_it_fits: op 62
         whole on an RP2040, 242 KB, fits without its weight fractions)."""
@@ -1655,7 +1734,7 @@ class Q8Pricer(_Fits):
                 p.update(heap=h['total'], parts=h['parts'], plan=h, dropped=dropped)
                 lim = limit(h)
         # (or with --cache, which prepare_q8 chooses for a plan over the budget: alts)
-        return self._fits_or_alts(p, lim, ranks, limit, fisher)
+        return self._fits_or_alts(p, lim, ranks, limit, fisher, one)
 
 
 def q8_macs(ls, forward=False) -> int:
