@@ -37,7 +37,7 @@ from .lrprobe import probe_lr, probe_written
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
                         cut_bytes, float_bytes,
                         int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
-                        write_data, write_prefix_caches, write_run_config)
+                        too_long_to_stage, write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
@@ -869,6 +869,7 @@ def prepare(model_path, out_dir, *args, **kw):
     # (an input that is one of the folder's files would be replaced by the new one)
     check_outputs(out_dir, (model_path, a.get('data'), a.get('train_config')),
                   OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    too_long_to_stage(out_dir)
     out = os.path.normpath(out_dir)
     with Staged(out_dir, log) as stage, light_gc():
         def mapped(v):      # (the staging folder's name, in what the user reads: out_dir)

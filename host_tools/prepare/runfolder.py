@@ -31,6 +31,23 @@ def progress_step(n: int) -> int:
 OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
 
 
+def too_long_to_stage(out_dir):
+    """PrepareError when out_dir's name fits its file system but its staging folder's
+    (staging_folder: the name + '.preparing') does not: the refusal had named
+    OUT.preparing, a folder the user never gave, as 'too long'."""
+    from ..files.locks import PREPARING
+    name = os.fsencode(os.path.basename(os.path.normpath(out_dir)))
+    try:
+        most = os.pathconf(os.path.dirname(os.path.abspath(out_dir)), 'PC_NAME_MAX')
+    except (OSError, ValueError):   # (a parent not there yet: the common limit)
+        most = 255
+    if len(name) <= most < len(name) + len(PREPARING):
+        raise PrepareError(f'{out_dir}: a name of {len(name)} bytes; prepare writes the folder '
+                           f'first as that name + {PREPARING!r} beside it, over the file '
+                           f"system's {most} bytes a name: give -o a name of at most "
+                           f'{most - len(PREPARING)} bytes')
+
+
 def check_outputs(out_dir, inputs, names=OUTPUTS, cmd='prepare'):
     """The output-folder pass: PrepareError when out_dir is not a folder, is in the image
     folder it reads, or a file prepare writes there (names) is one of its inputs (model,

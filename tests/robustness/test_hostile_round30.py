@@ -260,6 +260,23 @@ def test_output_into_the_boards_code_folder_is_refused(files, cmd):
     assert sorted(os.listdir(micro)) == before
 
 
+@pytest.mark.parametrize('extra', [0, 5])
+def test_an_output_name_its_staging_folder_cannot_have_is_named_as_given(files, tmp_path, extra):
+    """-o of a 250-byte name (the file system takes 255): prepare stages the folder as
+    NAME.preparing (260), and the refusal had named that folder, which the user never
+    gave, 'too long; use a shorter path'; it names the one given and the most it may be.
+    A name 5 bytes shorter is prepared."""
+    import os
+    d, model, data = files
+    out = tmp_path / ('r' * (245 + extra))
+    code, err = says(['prepare', model, data, '--lr', '0.1', '--epochs', '1', '-o', out])
+    if extra:
+        assert code == 2 and f'{out}: a name of 250 bytes' in err and 'at most 245' in err, err
+        assert '.preparing: ' not in err and not os.path.exists(out), err
+    else:
+        assert code == 0 and os.path.isfile(out / 'train.json'), err
+
+
 # ------------------------------------------------------------------ a named pipe as the data
 @pytest.mark.parametrize('cmd', ['evaluate', 'prepare'])
 def test_a_named_pipe_given_as_an_npz_is_refused_not_waited_on(files, tmp_path, cmd):
