@@ -285,6 +285,17 @@ def onnx_predictor(path):
                        + ')')
         raise err from None
     inp = sess.get_inputs()[0]
+    if inp.shape and inp.shape[0] == 0:
+        # (a file that fixes its batch at 0 samples, which prepare trains a sample at a
+        # time: ONNX Runtime runs no sample of it, and evaluate had been refused with its
+        # InvalidArgument words, saying nothing to do)
+        err = NoRuntime(f'{path}: its input {inp.name} fixes a batch of 0 samples, which '
+                        'ONNX Runtime runs none of')
+        err.runtime = ('utrain\'s own forward (the board\'s code under CPython and numpy; the '
+                       f'file fixes input {inp.name}\'s batch at 0, which ONNX Runtime runs no '
+                       'sample of: export it with a batch of 1 or a dynamic one to score it '
+                       'there)')
+        raise err
     shape = [1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]]
     # an embedding's int64 / int32 ids come as floats in the data
     dt = {'tensor(int64)': np.int64, 'tensor(int32)': np.int32}.get(inp.type, np.float32)
