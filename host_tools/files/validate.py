@@ -521,7 +521,8 @@ def os_error_text(e: OSError, where=None) -> str:
                 'folder (a new one, or one that exists)')
     if name in ('ENOENT', 'ELOOP'):
         from ..paths import broken_link
-        if broken_link(e.filename):
-            return broken_link(e.filename)
+        link = broken_link(e.filename)
+        if link:
+            return link
     what = _OS_ADVICE.get(name, f'{e.strerror}; check the path')
     return f'{e.filename}: {what}'

@@ -82,12 +82,12 @@ def _drop_qdq(graph) -> int:
     from onnx import numpy_helper
     inits = {t.name for t in graph.initializer}
     made = {o: n for n in graph.node for o in n.output}
-    outs = {o.name for o in graph.output}
+    outs, ins = {o.name for o in graph.output}, {i.name for i in graph.input}
     done = 0
     for dq in list(graph.node):
         q = made.get(dq.input[0]) if dq.op_type == 'DequantizeLinear' and dq.input else None
         if q is None or q.op_type != 'QuantizeLinear' or q.input[0] in inits or \
-                made.get(q.input[0]) is None and q.input[0] not in {i.name for i in graph.input} \
+                made.get(q.input[0]) is None and q.input[0] not in ins \
                 or made.get(q.input[0]) is not None and made[q.input[0]].op_type == 'Constant':
             continue        # (a constant's pair: folded, its value the file's rounding)
         x, y = q.input[0], dq.output[0]
@@ -107,7 +107,7 @@ def _drop_qdq(graph) -> int:
             done += 1
             continue
         if y in outs:           # (the float value takes the output's name)
-            if x in outs or x in {i.name for i in graph.input}:
+            if x in outs or x in ins:
                 continue
             old, new = x, y
         else:
@@ -275,9 +275,8 @@ def _fold(node, vals, a):
     if t == 'QuantizeLinear':         # (a QDQ model's constant operand)
         zp = np.asarray(vals[2]) if len(vals) > 2 else np.zeros((), np.uint8)
         q = np.iinfo(zp.dtype)
-        return np.clip(
-            np.round(np.asarray(x, np.float64) / _along(vals[1], x, int(a.get('axis', 1))))
-            + _along(zp, x, int(a.get('axis', 1))), q.min, q.max).astype(zp.dtype)
+        return invert_steps(np.asarray(x, np.float64), [
+            ('dq', vals[1], zp, int(a.get('axis', 1)), q.min, q.max)]).astype(zp.dtype)
     if t == 'Shape':
         s = np.array(x.shape, np.int64)
         return s[a.get('start', 0):a.get('end', None)]

@@ -221,14 +221,21 @@ SPECS = {s.name: s for s in [
 # geometry as option floats: act, H, W, C, OH, OW, OC, KH, KW, stride h, w, dilation
 # h, w, pad top, pad left [, depth multiplier].
 
+def same_pads(n, k, s, d):
+    """TFLite's SAME padding of an axis of n, kernel k, stride s, dilation d: (before,
+    after, output size)."""
+    out = -(-n // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+    return total // 2, total - total // 2, out
+
+
 def _out_pad(n, k, s, d, padding, where):
     """TFLite's output size and leading pad along one axis."""
-    eff = (k - 1) * d + 1
     if padding == 'SAME':
-        out = -(-n // s)
-        return out, max((out - 1) * s + eff - n, 0) // 2
+        before, _, out = same_pads(n, k, s, d)
+        return out, before
     if padding == 'VALID':
-        return -(-(n - eff + 1) // s), 0
+        return -(-(n - (k - 1) * d) // s), 0
     raise ValueError(f'{where}: padding {padding} is not supported (SAME, VALID)')
 
 

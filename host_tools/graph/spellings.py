@@ -10,6 +10,7 @@ from ..formats.circle_io import OP_CODES, Graph, Operator
 from .edit import (FLOAT_FNS, NO_ACTIVATION, REDUCE, const_ints, consumers, is_const,
                    make_reshape, new_tensor, own, producer, remove_op, renumber, replace_op,
                    reversal_ops, slice_op, spell)
+from .optable import same_pads
 
 
 def slices_to_split(g: Graph) -> int:
@@ -631,8 +632,9 @@ def _scales(q):
 
 
 def _pool_axes(g: Graph, op):
-    """(shape, axes) of a REDUCE_MAX / REDUCE_MIN a max pool computes (its reduced axes one
-    run but for size-1 axes), else None."""
+    """(shape, axes, the axes not of size 1, those of them reduced) of a REDUCE_MAX /
+    REDUCE_MIN a max pool computes (its reduced axes one run but for size-1 axes), else
+    None."""
     if len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
         return None
     shape = list(g.tensors[op.inputs[0]].shape)
@@ -642,7 +644,7 @@ def _pool_axes(g: Graph, op):
     keep = [i for i, n in enumerate(shape) if n != 1]
     red = [i for i in keep if i in axes]
     at = keep.index(red[0]) if red else 0
-    return (shape, axes) if red and keep[at:at + len(red)] == red else None
+    return (shape, axes, keep, red) if red and keep[at:at + len(red)] == red else None
 
 
 def reduce_min_to_max(g: Graph) -> int:
@@ -675,12 +677,11 @@ def reduce_max_to_pool(g: Graph) -> int:
     input is NHWC with H and W reduced.  Returns how many."""
     done = 0
     for op in list(g.ops):
-        if op.name != 'REDUCE_MAX' or _pool_axes(g, op) is None:
+        run = _pool_axes(g, op) if op.name == 'REDUCE_MAX' else None
+        if run is None:
             continue            # (the reduced axes are not one run)
         x, y = op.inputs[0], op.outputs[0]
-        shape, axes = _pool_axes(g, op)
-        keep = [i for i, n in enumerate(shape) if n != 1]
-        red = [i for i in keep if i in axes]
+        shape, axes, keep, red = run
         R = int(np.prod([shape[i] for i in red]))
         P = int(np.prod([shape[i] for i in keep if i < red[0]]))
         C = int(np.prod([shape[i] for i in keep if i > red[-1]]))
@@ -830,14 +831,6 @@ def dilated_convs(g: Graph) -> int:
     return done
 
 
-def _same_pads(n, k, s, d):
-    """TFLite's SAME padding of an axis of n, kernel k, stride s, dilation d: (before,
-    after, output size)."""
-    out = -(-n // s)
-    total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
-    return total // 2, total - total // 2, out
-
-
 def conv3d_to_conv2d(g: Graph) -> int:
     """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
     output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as
@@ -862,7 +855,7 @@ def conv3d_to_conv2d(g: Graph) -> int:
         same = o.get('padding') == 'SAME'
         if same:
             (fd, _, Do), (ph0, ph1, Ho), (pw0, pw1, Wo) = (
-                _same_pads(D, kd, sd, dd), _same_pads(H, kh, sh, dh), _same_pads(W, kw, sw, dw))
+                same_pads(D, kd, sd, dd), same_pads(H, kh, sh, dh), same_pads(W, kw, sw, dw))
         else:
             fd = ph0 = ph1 = pw0 = pw1 = 0
             Do, Ho, Wo = ((n - (k - 1) * dl - 1) // s + 1
