@@ -688,8 +688,13 @@ def band_groups(r):
 
 def cut_tensors(r) -> set:
     """The tensors a host-made prefix cache hands ops `start`.. (none without one)."""
+    return prefix_cut(r.g, r.start)
+
+
+def prefix_cut(g, lo) -> set:
+    """The tensors ops lo.. of graph g read that the ops before lo or the model input make:
+    what a prefix cache of ops 0..lo-1 holds a sample (none for lo 0)."""
     from ..graph.optable import SPECS
-    g, lo = r.g, r.start
     if not lo:
         return set()
     made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}

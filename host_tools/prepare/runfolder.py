@@ -67,8 +67,9 @@ def check_outputs(out_dir, inputs, names=OUTPUTS, cmd='prepare'):
         # deploy copies onto every board and run copies into every run folder)
         raise PrepareError(f'{out_dir}: utrain\'s own board code ({MICRO}), which deploy and '
                            f'run copy onto the board: {cmd} into another folder (-o)')
-    if broken_link(out_dir, loops_only=True):   # (had been 'OUT.preparing: a part of the
-        raise PrepareError(broken_link(out_dir, True))     # path is a file')
+    loop = broken_link(out_dir, loops_only=True)    # (had been 'OUT.preparing: a part of
+    if loop:                                        # the path is a file')
+        raise PrepareError(loop)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: is a file, and {cmd} writes a folder there; give -o the '
                            'path of a folder (a new one, or one that exists)')
@@ -304,12 +305,10 @@ def cut_bytes(g, params) -> int:
     reckoned on graph g: the inputs without data of the ops from that one on which the
     ops before it, or the model input, make."""
     from ..graph.optable import SPECS
+    from ..plan.memory import prefix_cut
     k = min((op.index for op in g.ops
              if any(t in params for t in SPECS[op.name].inputs(op))), default=0)
-    made = {t for op in g.ops[:k] for t in op.outputs} | set(g.inputs)
-    cut = {t for op in g.ops[k:] for t in op.inputs
-           if t >= 0 and t in made and g.tensors[t].data is None}
-    return sum(4 * int(np.prod(g.tensors[t].shape)) for t in cut) if k else 0
+    return sum(4 * int(np.prod(g.tensors[t].shape)) for t in prefix_cut(g, k))
 
 
 def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
