@@ -531,6 +531,14 @@ class Trials:
                                    epochs=self.epochs, **kw)
         return self._one
 
+    def _in_one(self, call):
+        """call(the batch-1 trials), its trials run counted in these trials' own."""
+        t1 = self.batch_one()
+        ran = t1.ran
+        out = call(t1)
+        self.ran += t1.ran - ran
+        return out
+
     def _at1(self, ranks) -> bool:
         return bool(self.one and self.settings['batch'] != 1 and self.one(ranks))
 
@@ -538,11 +546,8 @@ class Trials:
         """Test metric after a short fine-tuning with ranks (higher is better: accuracy,
         or minus the MAE); fold picks another split of the proxy samples."""
         if self._at1(ranks):
-            t1 = self.batch_one()
-            ran = t1.ran
-            sc = t1.score(ranks, fold)
-            self.ran += t1.ran - ran
-            self.failed.update(t1.failed)
+            sc = self._in_one(lambda t1: t1.score(ranks, fold))
+            self.failed.update(self._one.failed)
             return sc
         key = self._key(ranks, fold)
         if key not in self.cache:
@@ -622,10 +627,7 @@ class Trials:
         by one)."""
         ones = [(r, f) for r, f in items if self._at1(r)]
         if ones:
-            t1 = self.batch_one()
-            ran = t1.ran
-            t1.prefetch(ones)
-            self.ran += t1.ran - ran
+            self._in_one(lambda t1: t1.prefetch(ones))
             items = [(r, f) for r, f in items if not self._at1(r)]
         want = list({self._key(r, f): (r, f) for r, f in items
                      if self._key(r, f) not in self.cache}.values())
