@@ -229,7 +229,7 @@ def same_pads(n, k, s, d):
     return total // 2, total - total // 2, out
 
 
-def _out_pad(n, k, s, d, padding, where):
+def out_pad(n, k, s, d, padding, where):
     """TFLite's output size and leading pad along one axis."""
     if padding == 'SAME':
         before, _, out = same_pads(n, k, s, d)
@@ -252,8 +252,8 @@ def _spatial(op, g, kh, kw, sh, sw, dh, dw, extra=None):
     H, W, C = _nhwc(g, op.inputs[0], where, 'the input')
     OH, OW, OC = _nhwc(g, op.outputs[0], where, 'the output')
     pad = op.options.get('padding', 'SAME')
-    oh, pt = _out_pad(H, kh, sh, dh, pad, where)
-    ow, pl = _out_pad(W, kw, sw, dw, pad, where)
+    oh, pt = out_pad(H, kh, sh, dh, pad, where)
+    ow, pl = out_pad(W, kw, sw, dw, pad, where)
     if (oh, ow) != (OH, OW):
         raise ValueError(f'{where}: output is {OH}x{OW}, {pad} padding gives {oh}x{ow}')
     v = {opc.ACT: _fused(op, where), opc.G_H: H, opc.G_W: W, opc.G_C: C, opc.G_OH: OH,
@@ -515,8 +515,8 @@ def _tconv_options(op, g):
     sh, sw = _strides(op)
     dh, dw = _dilations(op)
     pad = op.options.get('padding', 'SAME')
-    ch, pt = _out_pad(Ho, KH, sh, dh, pad, where)
-    cw, pl = _out_pad(Wo, KW, sw, dw, pad, where)
+    ch, pt = out_pad(Ho, KH, sh, dh, pad, where)
+    cw, pl = out_pad(Wo, KW, sw, dw, pad, where)
     return _slots({opc.ACT: _fused(op, where), opc.G_H: Ho, opc.G_W: Wo, opc.G_C: O,
                    opc.G_OH: Hi, opc.G_OW: Wi, opc.G_OC: I, opc.G_KH: KH, opc.G_KW: KW,
                    opc.G_SH: sh, opc.G_SW: sw, opc.G_DH: dh, opc.G_DW: dw, opc.G_PT: pt,

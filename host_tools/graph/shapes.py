@@ -201,12 +201,12 @@ def _shape_after(g: Graph, op: Operator):
             w = sh[1]
             kh, kw = w[1], w[2]
             c = w[0] if op.name == 'CONV_2D' else w[3]
-        from .optable import _out_pad       # (TFLite's output size, as the float path checks it)
+        from .optable import out_pad       # (TFLite's output size, as the float path checks it)
         pad, where = o.get('padding', 'SAME'), f'op {op.number} {op.name}'
         try:
-            return [x[0], _out_pad(x[1], kh, int(o.get('stride_h', 1)), int(o.get('dilation_h_factor', 1) or 1),
+            return [x[0], out_pad(x[1], kh, int(o.get('stride_h', 1)), int(o.get('dilation_h_factor', 1) or 1),
                                    pad, where)[0],
-                    _out_pad(x[2], kw, int(o.get('stride_w', 1)), int(o.get('dilation_w_factor', 1) or 1),
+                    out_pad(x[2], kw, int(o.get('stride_w', 1)), int(o.get('dilation_w_factor', 1) or 1),
                              pad, where)[0], c]
         except ValueError:                  # (a padding it does not take: validation names it)
             return None

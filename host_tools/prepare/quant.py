@@ -36,6 +36,7 @@ from ..formats.circle_io import Graph, Tensor, atomic_write, read_model
 from ..target.device import module
 from ..files import wof as hwof
 from ..graph.edit import FLOAT_FNS
+from ..graph.optable import out_pad
 from ..graph.passes import PrepareError
 
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
@@ -129,14 +130,6 @@ def _q(t):
                          'int8 activations and weights with scales (prepare --dequantize trains '
                          'it in float)')
     return [float(v) for v in t.quant['scale']], [int(v) for v in t.quant.get('zero_point') or [0]]
-
-
-def _pad(n, k, s, d, padding):
-    if padding == 'VALID':
-        out = (n - (k - 1) * d - 1) // s + 1
-        return out, 0
-    out = (n + s - 1) // s
-    return out, max((out - 1) * s + (k - 1) * d + 1 - n, 0) // 2
 
 
 def is_int8(g: Graph) -> bool:
@@ -1581,7 +1574,8 @@ def _tconv_layer(g, op, d, x, y):
     OH, OW = int(x.shape[1]), int(x.shape[2])
     pad = op.options.get('padding', 'SAME')
     sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
-    ph, pw = _pad(H, KH, sh, 1, pad)[1], _pad(W, KW, sw_, 1, pad)[1]
+    where = f'{g.path}: TRANSPOSE_CONV op {op.number}'
+    ph, pw = out_pad(H, KH, sh, 1, pad, where)[1], out_pad(W, KW, sw_, 1, pad, where)[1]
     if len(op.inputs) < 4 or op.inputs[3] < 0:
         stand = type('Op', (), {'inputs': [None, op.inputs[1]], 'name': 'TRANSPOSE_CONV'})()
         op.inputs[3:] = [zero_bias(g, stand, d['sx'], sw)]
@@ -2051,8 +2045,9 @@ def _pool_layer(g, op, d, x, y):
     o = op.options
     KH, KW = o.get('filter_height', 1), o.get('filter_width', 1)
     sh, sw_ = o.get('stride_h', 1), o.get('stride_w', 1)
-    OH, ph = _pad(H, KH, sh, 1, o.get('padding', 'SAME'))
-    OW, pw = _pad(W, KW, sw_, 1, o.get('padding', 'SAME'))
+    where = f'{g.path}: {op.name} op {op.number}'
+    OH, ph = out_pad(H, KH, sh, 1, o.get('padding', 'SAME'), where)
+    OW, pw = out_pad(W, KW, sw_, 1, o.get('padding', 'SAME'), where)
     if [1, OH, OW, C] != list(y.shape) or min(KH, KW, sh, sw_, OH, OW) < 1:
         raise ValueError(f'{g.path}: {op.name} op {op.number}: output shape '
                          f'{list(y.shape)} is not its {KH}x{KW} window\'s [1, {OH}, '
@@ -2130,8 +2125,9 @@ def _weighted_layer(g, op, d, x, pad):
         _, KH, KW, O = w.shape
     dh, dw = op.options.get('dilation_h_factor', 1), op.options.get('dilation_w_factor', 1)
     sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
-    OH, ph = _pad(H + pt + pb, KH, sh, dh, op.options.get('padding', 'SAME'))
-    OW, pw = _pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'))
+    where = f'{g.path}: {op.name} op {op.number}'
+    OH, ph = out_pad(H + pt + pb, KH, sh, dh, op.options.get('padding', 'SAME'), where)
+    OW, pw = out_pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'), where)
     d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
 
 

@@ -15,6 +15,7 @@ from repo import ROOT, set_train  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.prepare import quant  # noqa: E402
+from host_tools.graph import optable  # noqa: E402
 from host_tools.target import runner  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.prepare.pipeline import prepare, export, PrepareError  # noqa: E402
@@ -345,8 +346,8 @@ def test_conv_dw_gradients_match_numpy(kind, geo):
     the taps that read each input, padding and stride included; DW with multiplier 2."""
     from array import array
     H, W, I, O, KH, KW, sh, sw, pad = geo
-    OH, ph = quant._pad(H, KH, sh, 1, pad)
-    OW, pw = quant._pad(W, KW, sw, 1, pad)
+    OH, ph = optable.out_pad(H, KH, sh, 1, pad, 'test')
+    OW, pw = optable.out_pad(W, KW, sw, 1, pad, 'test')
     gm = array('i', [H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, 1, 1])
     r = np.random.default_rng(hash(geo) % 1000)
     x = r.integers(-128, 128, (H, W, I)).astype(np.int8)
