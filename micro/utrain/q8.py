@@ -957,10 +957,16 @@ class Q8Net:
             # (upek with fractions) scales it by a 15-bit multiplier in its one pass (fewer
             # cycles than rqk's 62-bit products then upk)
             mm, e = qmul(f / sw[0] * u)
-            if -16 <= e <= 15:
+            if -15 <= e <= 15:
                 p = self.upm
                 p[1], p[2] = mm >> 16, 15 - e
-                p[3] = (1 << (14 - e)) if e < 15 else 0
+                # the rounding to 1/256 steps dithered (h uniform in [0, 2^sh), a draw a
+                # step of upk's generator): unbiased, where half a unit rounded every
+                # update under 1/512 step to 0, each step, and a layer whose updates all
+                # were never moved (issue 28: a float autoencoder's first Dense as int8
+                # at lr 0.01, float's weights moving); h < 2^30 keeps the sum in 31 bits
+                self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+                p[3] = r >> (15 + e)
         for o0 in range(L.wlo, L.whi, nc):
             m = min(nc, L.whi - o0)
             n = m * row
