@@ -153,3 +153,14 @@ def unexpected(e):
         import traceback
         traceback.print_exception(e)
     return 'error: %s: %s' % (type(e).__name__, e)
+
+
+def still(tr, raw):
+    # run.epoch_end's line for the first epoch that moved no trained weight (raw: an
+    # int8 run, whose weights move by whole int8 steps)
+    print('utrain: epoch %d moved no trained weight: %s at lr %g; raise "lr" in train.json, '
+          'or %s' % (tr.epoch, 'each update stayed under an int8 weight step' if raw else
+                     "the gradients were zero or below float32's resolution",
+                     tr.cfg['lr'] * tr.lr_scale, 'prepare with --float32 (an int8 file: '
+                     '--dequantize) to train in float' if raw else 'check what trains and '
+                     'the samples'))

@@ -697,9 +697,10 @@ class Q8Net:
         if self.wg is not None:
             self.wg.check()
 
-    def _upd(self, L, i0, d, n):
+    def _upd(self, L, i0, d, n, h=-1):
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
-        # through the momentum velocity where there is one (v = mu v + d; w -= v: d = v)
+        # through the momentum velocity where there is one (v = mu v + d; w -= v: d = v);
+        # h >= 0 (no momentum): d in 1/65536 steps, (d + h) >> 8 in 1/256 (a dither)
         v, f = L.vw, L.wf
         if v is not None or f is not None:
             j = i0 - L.wr()[0]      # (the index in the window's state)
@@ -710,7 +711,13 @@ class Q8Net:
         if f is not None:           # exact, through the fractions
             p = self.upe
             p[0], p[1] = n, 0
+            if h >= 0:
+                p[1], p[2], p[3] = 1, 8, h
             K.upek(w, memoryview(f)[j:] if j else f, d, p)
+        elif h >= 0:
+            p = self.upm
+            p[0], p[1], p[2], p[3] = self.seed, 1, 8, h
+            self.seed = K.upmk(w, d, n, p)
         else:
             self.seed = K.upk(w, d, n, self.seed)
 
@@ -957,10 +964,16 @@ class Q8Net:
             # (upek with fractions) scales it by a 15-bit multiplier in its one pass (fewer
             # cycles than rqk's 62-bit products then upk)
             mm, e = qmul(f / sw[0] * u)
-            if -16 <= e <= 15:
+            if -15 <= e <= 15:
                 p = self.upm
                 p[1], p[2] = mm >> 16, 15 - e
-                p[3] = (1 << (14 - e)) if e < 15 else 0
+                # the rounding to 1/256 steps dithered (h uniform in [0, 2^sh), a draw a
+                # step of upk's generator): unbiased, where half a unit rounded every
+                # update under 1/512 step to 0, each step, and a layer whose updates all
+                # were never moved (issue 28: a float autoencoder's first Dense as int8
+                # at lr 0.01, float's weights moving); h < 2^30 keeps the sum in 31 bits
+                self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+                p[3] = r >> (15 + e)
         for o0 in range(L.wlo, L.whi, nc):
             m = min(nc, L.whi - o0)
             n = m * row
@@ -982,6 +995,15 @@ class Q8Net:
                 continue
             if lr is None:      # (a batch's sums: q8batch.unit)
                 B.unit(L, gw, n, o0, m, row, f, qmul, _mults)
+            elif L.vw is None and (K.nrk(gw, n) + 7) + frexp(f / min(sw))[1] < 14:
+                # in 1/65536 steps where they stay within 2^30, then to 1/256 with a
+                # dither (upek / upmk: h a draw): nearest rounding made an update under
+                # 1/512 step 0, each step (issue 28: a Keras int8 autoencoder's per-channel
+                # Dense layers at a small lr never moved where float's did)
+                _mults(L, gw, n, o0, m, row, f, 65536.0)
+                self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+                self._upd(L, o0 * row, gw, n, r >> 22)
+                continue
             else:
                 _mults(L, gw, n, o0, m, row, f, u)
             self._put(L, o0 * row, gw, n, lr)

@@ -169,6 +169,12 @@ class Q8Trainer:
     def _trained(self):
         return [L for L in self.net.layers if L.train]
 
+    def moving(self):
+        """The trained int8 weights (run.py's CRC of them, epoch to epoch: an epoch whose
+        every update stayed under a weight step moved none; the int32 biases are left out,
+        a unit of theirs moves the loss by nothing one reads)."""
+        return [L.w for L in self._trained() if L.w is not None and L.whi > L.wlo]
+
     def save_weights(self, path='trained.wof'):
         """The trained layers' int8 weights and int32 biases, onert-micro's .wof layout
         (tensors indexed as in the model)."""

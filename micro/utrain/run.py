@@ -239,6 +239,7 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
         saving(files['log'], log.write, '0,,,%.6f,%.6f,0,%s\n' % (tl, tm, free('')))
         if keep and tr.better(tl, tm):
             save_best(tr, files, test)
+    S['crc'] = (tr.epoch, stamp(tr))
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
     why = None
@@ -277,6 +278,20 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
     return why
 
 
+def stamp(tr):
+    # a CRC32 of the trained weights (tr.moving()), None where it cannot be had (no
+    # binascii.crc32, no weights): one C pass an epoch, nothing a step; epoch_end
+    # compares it with the last epoch's
+    try:
+        from binascii import crc32
+        c = None
+        for a in tr.moving():
+            c = crc32(a, c or 0)
+        return c
+    except (ImportError, TypeError, ValueError):
+        return None
+
+
 def save_best(tr, files, test):
     # trained.wof, then its record; both saves can be redone after a Ctrl-C
     aux('best', 'save', tr, files['out'], test)
@@ -303,6 +318,13 @@ def epoch_end(tr, files, test, keep, n):
             kept = '  kept'
         else:
             kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
+    h = stamp(tr)
+    if h is not None and S.get('crc') == (tr.epoch - 1, h):     # it moved no trained weight
+        kept += '  (no weight moved)'
+        if not S.get('still'):      # (said once: what to do)
+            S['still'] = 1
+            aux('once', 'still', tr, files['model'].endswith('.json'))
+    S['crc'] = (tr.epoch, h)      # (a redo after a Ctrl-C compares with the epoch before)
     if S['logged'] != tr.epoch:
         left = c['epochs'] - tr.epoch
         # (no test set: no test figures, rather than 'test_loss nan'; the log's fields empty)
