@@ -125,6 +125,147 @@ def _drop_qdq(graph) -> int:
     return done
 
 
+# onnxruntime's QOperator ops (quantize_static(quant_format=QOperator)), each the float op
+# between its operands' dequantization and its output's quantization: {op: (float op,
+# its quantized operands as (value, scale, zero point) input positions, the int32 bias'
+# position (scale: the first two operands' scales multiplied) or None, the output's
+# (scale, zero point) positions or None (a float output), attributes left out)}
+_QOPS = {
+    'QLinearConv': ('Conv', ((0, 1, 2), (3, 4, 5)), 8, (6, 7), ()),
+    'QLinearMatMul': ('MatMul', ((0, 1, 2), (3, 4, 5)), None, (6, 7), ()),
+    'QGemm': ('Gemm', ((0, 1, 2), (3, 4, 5)), 6, (7, 8), ()),
+    'QLinearAdd': ('Add', ((0, 1, 2), (3, 4, 5)), None, (6, 7), ()),
+    'QLinearMul': ('Mul', ((0, 1, 2), (3, 4, 5)), None, (6, 7), ()),
+    'QLinearSigmoid': ('Sigmoid', ((0, 1, 2),), None, (3, 4), ()),
+    'QLinearLeakyRelu': ('LeakyRelu', ((0, 1, 2),), None, (3, 4), ()),
+    'QLinearSoftmax': ('Softmax', ((0, 1, 2),), None, (3, 4), ('opset',)),
+    'QLinearAveragePool': ('AveragePool', ((0, 1, 2),), None, (3, 4), ('channels_last',)),
+    'QLinearGlobalAveragePool': ('GlobalAveragePool', ((0, 1, 2),), None, (3, 4),
+                                 ('channels_last',)),
+    'QLinearReduceMean': ('ReduceMean', ((0, 1, 2),), None, (3, 4), ()),
+}
+
+
+_QOP_KEY = 'utrain.qoperator_ops'
+
+
+def _qoperator_to_qdq(graph) -> int:
+    """A QOperator model's integer ops (QLinearConv, QGemm, QLinearAdd, ...: _QOPS, and
+    QLinearConcat) written in graph, in place, as the QDQ model's spelling of them:
+    DequantizeLinear of each operand (a weight's per channel along its output axis, the
+    int32 bias' at the product of the scales), the float op, QuantizeLinear of the output
+    at its scale and zero point; a DequantizeLinear goes before any other node reading a
+    quantized value (a MaxPool, a Flatten between QLinear ops) and one of a value that is
+    float now becomes an Identity.  The model then reads as a QDQ model (_drop_qdq: it
+    trains dequantized) and export writes the weights back into the QOperator file's
+    integer initializers.  Returns how many integer ops."""
+    from onnx import helper, numpy_helper
+    inits = {t.name: t for t in graph.initializer}
+    quant = {}          # quantized value -> (scale, zero point) names
+    floats = set()      # values of the QOperator graph that are float now
+    pre, out, done, k = [], [], 0, 0
+
+    def uname(base):
+        nonlocal k
+        k += 1
+        return f'{base}/qop{k}'
+
+    def dq(v, sc, zp, axis=None):
+        y = uname(v)
+        # (a weight's first: the reader knows it a constant where the nodes before its
+        # reader look ahead, a Flatten read only by a Gemm)
+        (pre if v in inits else out).append(helper.make_node(
+            'DequantizeLinear', [v, sc] + ([zp] if zp else []), [y], name=y,
+            **({} if axis is None else {'axis': axis})))
+        return y
+
+    def const(base, arr):
+        name = uname(base)
+        graph.initializer.append(numpy_helper.from_array(arr, name))
+        inits[name] = graph.initializer[-1]
+        return name
+
+    def scale(name):
+        return numpy_helper.to_array(inits[name]).astype(np.float32) if name in inits else None
+
+    for node in list(graph.node):
+        ins = list(node.input)
+        t = node.op_type
+        if t == 'QuantizeLinear':
+            quant[node.output[0]] = (ins[1], ins[2] if len(ins) > 2 else '')
+            out.append(node)
+            continue
+        if t == 'DequantizeLinear':
+            if ins[0] not in floats:
+                out.append(node)
+            else:           # (of a value a float op made of dequantized ones: as it is)
+                out.append(helper.make_node('Identity', [ins[0]], list(node.output),
+                                            name=node.name))
+            continue
+        if t == 'QLinearConcat':
+            ys, yz = ins[0], ins[1]
+            parts = [ins[j] if ins[j] in floats else dq(ins[j], ins[j + 1], ins[j + 2])
+                     for j in range(2, len(ins), 3)]
+            y = node.output[0]
+            out.append(helper.make_node('Concat', parts, [y + '/float'], name=node.name,
+                                        axis=int(_attrs(node).get('axis', 0))))
+            out.append(helper.make_node('QuantizeLinear', [y + '/float', ys, yz], [y],
+                                        name=uname(y)))
+            quant[y] = (ys, yz)
+            done += 1
+            continue
+        spec = _QOPS.get(t)
+        if spec is None:
+            new = [dq(v, *quant[v]) if v in quant else v for v in ins]
+            if new != ins:      # (a MaxPool, a Flatten of a quantized value: of its float one)
+                del node.input[:]
+                node.input.extend(new)
+                floats.update(node.output)
+            elif any(v in floats for v in ins):
+                floats.update(node.output)
+            out.append(node)
+            continue
+        ft, qins, bias, yq, drop = spec
+        a = _attrs(node)
+        attrs = {n: v for n, v in a.items() if n not in drop}
+        if t == 'QGemm':
+            attrs.setdefault('beta', 1.0)
+        new = []
+        for p, (v, sc, zp) in enumerate(qins):
+            x, xs = ins[v], ins[sc]
+            xz = ins[zp] if zp < len(ins) else ''
+            if x in floats:
+                new.append(x)
+                continue
+            axis = None
+            if x in inits and scale(xs) is not None and scale(xs).size > 1:
+                nd = len(inits[x].dims)     # (a weight's scales per output channel)
+                axis = 0 if ft == 'Conv' or (ft == 'Gemm' and a.get('transB')) else nd - 1
+            new.append(dq(x, xs, xz, axis))
+        if bias is not None and bias < len(ins) and ins[bias]:
+            s0, s1 = scale(ins[qins[0][1]]), scale(ins[qins[1][1]])
+            if s0 is None or s1 is None:
+                raise ValueError(f'{node.name}: a bias whose scale is not a constant')
+            bs = const(ins[bias] + '_scale', (s0.reshape(-1) * s1.reshape(-1)).astype(np.float32))
+            new.append(dq(ins[bias], bs, '', 0 if np.size(scale(bs)) > 1 else None))
+        y = node.output[0]
+        has_y = yq is not None and yq[0] < len(ins) and ins[yq[0]]
+        fy = y + '/float' if has_y else y
+        out.append(helper.make_node(ft, new, [fy], name=node.name, **attrs))
+        if has_y:
+            yz = ins[yq[1]] if yq[1] < len(ins) else ''
+            out.append(helper.make_node('QuantizeLinear', [fy, ins[yq[0]]] + ([yz] if yz else []),
+                                        [y], name=uname(y)))
+            quant[y] = (ins[yq[0]], yz)
+        else:
+            floats.add(y)
+        done += 1
+    if done:
+        del graph.node[:]
+        graph.node.extend(pre + out)
+    return done
+
+
 class _Node:
     """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
     op_type = ''
@@ -146,12 +287,13 @@ SUPPORTED = sorted({
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
-_QUANTIZED = ('a model quantized by onnxruntime.quantization in its QOperator format '
-              '(quantize_dynamic, or quantize_static with quant_format=QOperator), whose '
-              'integer ops utrain does not run: quantize_static\'s default QDQ format trains '
-              '(dequantized), or give utrain the float model from before quantizing it '
-              '(quantize the exported model again after), or a full-integer .tflite for '
-              'int8 training')
+_QUANTIZED = ('an op of a model quantized by onnxruntime.quantization that utrain does not '
+              'read: quantize_dynamic\'s (its activations quantized at run time: '
+              'DynamicQuantizeLinear, MatMulInteger, ConvInteger), or a QOperator op other '
+              'than ' + ', '.join(sorted(_QOPS) + ['QLinearConcat']) + ': '
+              'quantize_static (QDQ or QOperator) trains (dequantized), or give utrain the '
+              'float model from before quantizing it (quantize the exported model again '
+              'after), or a full-integer .tflite for int8 training')
 _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
            'trains deterministic models: export the model without it (a Stable-Baselines3 '
            'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
@@ -654,6 +796,8 @@ class _Reader(RecurrentOps):
         gr.onnx_dropped = self.dropped
         gr.onnx_unread = self.unread       # inputs only those outputs read
         gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
+        gr.onnx_qop = next((int(p.value) for p in self.model.metadata_props
+                            if p.key == _QOP_KEY), 0)     # (QOperator ops read as QDQ)
         # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
         # 'output_probability': the probabilities it wraps): --output takes them too (it
         # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
@@ -2453,6 +2597,7 @@ def load(path):
         raise ModelError(path, ('file is empty' if not os.path.getsize(path) else
                                 'not a valid ONNX model (no graph nodes)') + AGAIN)
     _check_defined(path, model)
+    qops = _qoperator_to_qdq(model.graph)
     inits = {t.name for t in model.graph.initializer}
     n = fixed_batch(model)
     for vi in model.graph.input:          # a symbolic batch dimension is 1
@@ -2481,6 +2626,8 @@ def load(path):
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
         raise ModelError(path, f'ONNX shape inference failed: {e}') from None
+    if qops:        # (_Reader: prepare says the model trains dequantized)
+        inferred.metadata_props.add(key=_QOP_KEY, value=str(qops))
     return model, inferred
 
 

@@ -205,3 +205,101 @@ def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
     ref = np.concatenate([sess.run(None, {'x': x[None]})[0] for x in xs])
     got = utrain_predictor(src)(xs)
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max(), (got, ref)
+
+
+class QopNet(nn.Module):
+    """Conv + ReLU, MaxPool, Flatten, Linear + ReLU, a residual Add, Sigmoid, Mul, and a
+    LeakyReLU + global average pool branch joined by cat: quantize_static's QOperator
+    format writes QLinearConv, QGemm, QLinearAdd, QLinearSigmoid, QLinearMul,
+    QLinearLeakyRelu, QLinearGlobalAveragePool and QLinearConcat for them."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.c2 = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(2, 3, 3)
+        self.a, self.b, self.o = nn.Linear(36, 6), nn.Linear(6, 6), nn.Linear(9, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.a(torch.flatten(nn.functional.max_pool2d(torch.relu(self.c(x)), 2), 1)))
+        g = torch.sigmoid(h + self.b(h)) * h
+        k = nn.functional.adaptive_avg_pool2d(nn.functional.leaky_relu(self.c2(x), 0.1), 1)
+        return self.o(torch.cat([g, k.flatten(1)], 1))
+
+
+def test_qoperator_model_trains_dequantized_and_exports_into_its_integer_ops(tmp_path):
+    """A QOperator model (quantize_static(quant_format=QOperator), per channel) had been
+    refused ('whose integer ops utrain does not run').  Its ops read as the QDQ format's
+    float op between DequantizeLinear and QuantizeLinear: prepare says it trains
+    dequantized; utrain's forward is ONNX Runtime's on the float model whose weights are
+    the QOperator file's dequantized (an int32 bias at the product of its operands'
+    scales), the gradients PyTorch autograd's of that model; one epoch of SGD, exported,
+    moves the QOperator file's int8 weights and int32 biases, which ONNX Runtime runs."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantFormat
+    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    torch.manual_seed(3)
+    net = QopNet().eval()
+    fp = _onnx(net, tmp_path / 'f.onnx', (1, 2, 6, 6), names=['x'])
+    rng = np.random.default_rng(0)
+    xs = rng.random((12, 2, 6, 6)).astype(F32)
+    src = _qdq(fp, xs, tmp_path / 'q.onnx', per_channel=True, quant_format=QuantFormat.QOperator)
+    qm = onnx.load(src)
+    have = {n.op_type for n in qm.graph.node}
+    assert {'QLinearConv', 'QGemm', 'QLinearAdd', 'QLinearSigmoid', 'QLinearMul',
+            'QLinearLeakyRelu', 'QLinearGlobalAveragePool', 'QLinearConcat', 'MaxPool'} <= have, have
+    # the float model with the QOperator file's weights, dequantized (the reference)
+    q = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in qm.graph.initializer}
+    deq = {}
+    for n in qm.graph.node:
+        if n.op_type in ('QLinearConv', 'QGemm'):
+            w, ws, wz = (q[v] for v in n.input[3:6])
+            shape = [-1] + [1] * (w.ndim - 1)
+            deq[n.input[3]] = (w - wz.reshape(shape)) * ws.reshape(shape)
+            deq[n.input[8 if n.op_type == 'QLinearConv' else 6]] = \
+                q[n.input[8 if n.op_type == 'QLinearConv' else 6]] * q[n.input[1]] * ws
+    assert len(deq) == 10
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(torch.tensor(deq[name + '_quantized'].reshape(p.shape)))
+    f = onnx.load(fp)
+    for t in f.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(deq[t.name + '_quantized'].astype(F32), t.name))
+    fs = ort.InferenceSession(f.SerializeToString(), providers=['CPUExecutionProvider'])
+
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 12))
+    said, out = [], tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+            from_logits=True, lr=0.5, epochs=1, backend='fallback',
+            log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert any('QOperator model' in s and 'dequantized' in s for s in said), said
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    x = xs[:1]
+    tr.set_input(x)
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, fs.run(None, {'x': x})[0].ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (net(torch.tensor(x)) * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        want = [p.grad.numpy() for p in params if p.numel() == g.size]
+        # (a conv weight as [O, kh, kw, C], the first Linear's columns in NHWC order)
+        assert any(np.allclose(np.sort(g), np.sort(w.ravel()), rtol=1e-4, atol=1e-6)
+                   for w in want), (k, g)
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'out.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    a = {t.name: numpy_helper.to_array(t) for t in qm.graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in onnx.load(dst).graph.initializer}
+    moved = [n for n in a if a[n].dtype in (np.int8, np.int32) and not np.array_equal(a[n], b[n])]
+    assert len(moved) == 10 and all(b[n].dtype == a[n].dtype for n in a), moved
+    assert [n.op_type for n in onnx.load(dst).graph.node] == [n.op_type for n in qm.graph.node]
+    ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': xs[:1]})
