@@ -1603,7 +1603,54 @@ class _Reader(RecurrentOps):
                 f'utrain runs 1-D and 2-D {what} only'))
         return Wt, pre, a, r
 
+    def _conv3d(self, node, ins, a):
+        """A 3-D Conv (torch.nn.Conv3d, group 1): the [N, C, D, H, W] input TRANSPOSEd to
+        [N, D, H, W, C], a CONV_3D of weight [kd, kh, kw, C, O] (TFLite's; prepare spells it
+        with a CONV_2D per output frame and depth tap: spellings.conv3d_to_conv2d, which
+        takes ONNX's pads, op.pads3d), its output TRANSPOSEd back."""
+        Wt = np.asarray(self.const[ins[1]])
+        O, IG, kd, kh, kw = Wt.shape
+        N, C, D, H, W = self.oshape(ins[0])
+        if int(a.get('group', 1)) != 1 or IG != C:
+            self.err(f'group {a.get("group", 1)} of a 3-D convolution (weight '
+                     f'{list(Wt.shape)}, {C} input channels): utrain takes group 1 only')
+        k, st = (kd, kh, kw), [int(v) for v in a.get('strides', [1, 1, 1])]
+        dl = [int(v) for v in a.get('dilations', [1, 1, 1])]
+        ap = a.get('auto_pad', 'NOTSET')
+        n3 = (D, H, W)
+        if ap in ('SAME_UPPER', 'SAME_LOWER'):
+            tot = [max((-(-n // s_) - 1) * s_ + (k_ - 1) * d_ + 1 - n, 0)
+                   for n, k_, s_, d_ in zip(n3, k, st, dl)]
+            lo = [t // 2 if ap == 'SAME_UPPER' else t - t // 2 for t in tot]
+            pads = lo + [t - l_ for t, l_ in zip(tot, lo)]
+        else:
+            pads = [int(v) for v in a.get('pads', [0] * 6)] if ap != 'VALID' else [0] * 6
+        out = [(n + pads[j] + pads[j + 3] - (k[j] - 1) * dl[j] - 1) // st[j] + 1
+               for j, n in enumerate(n3)]
+        self.shape[node.output[0]] = [N, O] + out
+        x = self.tensor(ins[0] + '/ndhwc', [N, D, H, W, C])
+        self.emit('TRANSPOSE', [self.get(ins[0], 'plain'),
+                                self.perm_const(ins[0], (0, 2, 3, 4, 1))], [x])
+        steps = [('T', (2, 3, 4, 1, 0))]
+        wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
+                               ins[1] if ins[1] in self.inits else None, steps)
+        bk = -1
+        if len(ins) > 2 and ins[2]:
+            bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
+                                   ins[2] if ins[2] in self.inits else None)
+        y = self.tensor(node.output[0] + '/ndhwc', [N] + out + [O])
+        op = self.emit('CONV_3D', [x, wk, bk], [y], padding='VALID', stride_d=st[0],
+                       stride_h=st[1], stride_w=st[2], dilation_d_factor=dl[0],
+                       dilation_h_factor=dl[1], dilation_w_factor=dl[2],
+                       fused_activation_function='NONE')
+        op.pads3d = pads
+        self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
+                  [self.out(node.output[0], 'plain')])
+
     def op_Conv(self, node, ins, a, i):
+        if ins[1] in self.const and np.ndim(self.const[ins[1]]) == 5 and \
+                len(self.oshape(ins[0])) == 5:
+            return self._conv3d(node, ins, a)
         Wt, pre, a, r = self._conv_weight(ins, a, 'convolutions')
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
@@ -2735,6 +2782,31 @@ def read_onnx(path) -> Graph:
 
 # --------------------------------------------------------------------------- export
 
+def _taps_back(trained, start, origin, vals) -> None:
+    """The depth taps of a 3-D convolution's weight W [kd, kh, kw, C, O] that
+    spellings.conv3d_to_conv2d made ('W/tap{i}', [O, kh, kw, C]) put back into W in
+    trained (the untrained ones as the file has them; a tap that is not the file's W[i]
+    at the start: ModelError, as export_onnx's check)."""
+    taps = {}
+    for name in list(trained):
+        m = re.fullmatch(r'(.+)/tap(\d+)', name)
+        if m and m.group(1) not in trained and (origin.get(m.group(1)) or ('',))[0] == 'plain':
+            taps.setdefault(m.group(1), {})[int(m.group(2))] = trained.pop(name)
+    for w, got in taps.items():
+        _, init, steps = origin[w]
+        full = apply_steps(vals[init], steps)
+        for i, v in got.items():
+            t0 = start.get(f'{w}/tap{i}')
+            if t0 is not None and not np.allclose(t0, full[i].transpose(3, 0, 1, 2),
+                                                  rtol=1e-5, atol=1e-6):
+                raise ModelError(w, f'tap {i} of the prepared model is not what the ONNX '
+                                 'reader makes of its initializer; export cannot write it back')
+            full[i] = np.asarray(v, np.float64).reshape(t0.shape if t0 is not None else
+                                                        full[i].transpose(3, 0, 1, 2).shape
+                                                        ).transpose(1, 2, 3, 0)
+        trained[w] = full
+
+
 def export_onnx(model_path, base, weights: dict, out_path) -> dict:
     """Write out_path: model_path with the initializers that the trained IR tensors
     (weights {tensor index of base: array}, base: the graph the .wof indexes) came from
@@ -2760,6 +2832,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
                              'what the ONNX reader makes of its initializer (prepare '
                              'rewrote it); export cannot write it back')
 
+    _taps_back(trained, start, origin, vals)
     bn_done = set()
     attrs = {}      # (node number, attribute) -> its new values (a scikit-learn linear model's)
     for name, w in trained.items():

@@ -853,7 +853,12 @@ def conv3d_to_conv2d(g: Graph) -> int:
         sd, sh, sw = (int(o.get(f'stride_{a}', 1) or 1) for a in 'dhw')
         dd, dh, dw = (int(o.get(f'dilation_{a}_factor', 1) or 1) for a in 'dhw')
         same = o.get('padding') == 'SAME'
-        if same:
+        pads = getattr(op, 'pads3d', None)      # (ONNX's: begin d, h, w, end d, h, w)
+        if pads is not None:
+            fd, ph0, pw0, ed, ph1, pw1 = pads
+            Do, Ho, Wo = ((n + p0 + p1 - (k - 1) * dl - 1) // s + 1 for n, k, s, dl, p0, p1 in (
+                (D, kd, sd, dd, fd, ed), (H, kh, sh, dh, ph0, ph1), (W, kw, sw, dw, pw0, pw1)))
+        elif same:
             (fd, _, Do), (ph0, ph1, Ho), (pw0, pw1, Wo) = (
                 same_pads(D, kd, sd, dd), same_pads(H, kh, sh, dh), same_pads(W, kw, sw, dw))
         else:
@@ -873,7 +878,8 @@ def conv3d_to_conv2d(g: Graph) -> int:
             return out
         x4 = step('RESHAPE', [x], [1, D * H, W, C])
         make_reshape(g, made[-1], [1, D * H, W, C])
-        taps = [new_tensor(g, f'{name}/tap{i}', [O, kh, kw, C],
+        # (named after the weight: export maps a tap back into it, export_onnx)
+        taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/tap{i}', [O, kh, kw, C],
                            np.ascontiguousarray(Wt[i].transpose(3, 0, 1, 2)))
                 for i in range(kd)]
         frames, outs, first = {}, [], None
