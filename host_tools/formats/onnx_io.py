@@ -1258,14 +1258,19 @@ class _Reader(RecurrentOps):
 
     def op_Pow(self, node, ins, a, i):
         e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
-        if e.size != 1 or float(e[0]) not in (2.0, 0.5):
-            self.err(f'exponent {e.tolist()}: utrain has x**2 and x**0.5 only')
+        if e.size != 1 or float(e[0]) == 0.0 or not np.isfinite(e[0]):
+            self.err(f'exponent {e.tolist()}: utrain takes one nonzero constant exponent')
         if float(e[0]) == 0.5:
             return self._unary('SQRT', node, ins)
         lay = 'nhwc' if ins[0] in self.nhwc else 'plain'
         x = self.get(ins[0], lay)
-        self.emit('MUL', [x, x], [self.out(node.output[0], lay, self.oshape(ins[0]))],
-                  fused_activation_function='NONE')
+        y = self.out(node.output[0], lay, self.oshape(ins[0]))
+        if float(e[0]) == 2.0:
+            self.emit('MUL', [x, x], [y], fused_activation_function='NONE')
+        else:       # (prepare spells it: spellings.elementwise_forms)
+            k = self.tensor(node.output[0] + '/exponent', [], np.array(e[0], np.float32))
+            self.tensors[k].frozen = True
+            self.emit('POW', [x, k], [y])
 
     def _gelu_pattern(self, i):
         """Div(x, sqrt 2) (or Mul by 1 / sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (any

@@ -516,6 +516,34 @@ def selects_to_relu(g: Graph) -> int:
     return done
 
 
+def _pow_steps(g: Graph, x: int, e: float, name: str) -> list:
+    """spell()'s steps of POW(x, e), e a nonzero constant: SQRT (0.5), RSQRT (-0.5); a
+    whole e as MULs (x*x, then square and multiply by x along e's bits: x**3 of a
+    PyTorch GELU's tanh form, a cube law), DIV(1, x**|e|) where e < 0; any other e as
+    EXP(e * LOG(x)), which is x**e where x > 0 (elsewhere pow is NaN or infinite for a
+    fractional e too).  Each step's gradient the chain rule's; the constants frozen."""
+    def const(tag, v):
+        k = new_tensor(g, f'{name}/{tag}', [], np.array(v, np.float32))
+        g.tensors[k].frozen = True
+        return k
+    if e in (0.5, -0.5):
+        return [('SQRT' if e > 0 else 'RSQRT', [x], {}, None)]
+    n = abs(e)
+    if n != int(n) or n > 1024:
+        return [('LOG', [x], {}, None), ('MUL', ['prev', const('exponent', e)], NO_ACTIVATION, None),
+                ('EXP', ['prev'], {}, None)]
+    steps, cur = [], x
+    for bit in bin(int(n))[3:]:
+        steps.append(('MUL', [cur, cur], NO_ACTIVATION, None))
+        cur = f'@{len(steps) - 1}'
+        if bit == '1':
+            steps.append(('MUL', [cur, x], NO_ACTIVATION, None))
+            cur = f'@{len(steps) - 1}'
+    if e < 0:
+        steps.append(('DIV', [const('one', 1.0), cur], NO_ACTIVATION, None))
+    return steps or [('MUL', [x, const('one', 1.0)], NO_ACTIVATION, None)]
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -526,21 +554,19 @@ def elementwise_forms(g: Graph) -> int:
     MUL's constant, which trains where it has more than one value, as Keras's PReLU
     learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
-    over them; POW(x, 2) -> MUL(x, x), POW(x, 0.5) -> SQRT(x) (tf.pow, x ** 2 of a
-    PyTorch export; other exponents stay POW, which neither path runs).  Float tensors
-    only.  Returns how many."""
+    over them; POW(x, e) of a constant e (tf.pow, x ** e of a PyTorch export) -> MULs
+    for a whole e (a DIV of 1 by them for a negative one), SQRT / RSQRT for +-0.5,
+    EXP(e * LOG(x)) for any other (_pow_steps).  Float tensors only.  Returns how many."""
     done = 0
     one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
         if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
                 not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
-                float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) in (2.0, 0.5) and \
                 np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
-            sq = float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) == 2.0
-            op.name = 'MUL' if sq else 'SQRT'
-            op.code, op.options = OP_CODES[op.name], dict(NO_ACTIVATION) if sq else {}
-            op.inputs = [op.inputs[0]] * 2 if sq else [op.inputs[0]]
-            done += 1
+            e = float(g.tensors[op.inputs[1]].data.reshape(-1)[0])
+            if e != 0.0 and np.isfinite(e):
+                spell(g, op, _pow_steps(g, op.inputs[0], e, g.tensors[op.outputs[0]].name))
+                done += 1
             continue
         if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
                 len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':

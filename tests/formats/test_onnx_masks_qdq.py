@@ -356,3 +356,46 @@ def test_qoperator_model_trains_dequantized_and_exports_into_its_integer_ops(tmp
     assert len(moved) == 10 and all(b[n].dtype == a[n].dtype for n in a), moved
     assert [n.op_type for n in onnx.load(dst).graph.node] == [n.op_type for n in qm.graph.node]
     ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': xs[:1]})
+
+
+def test_pow_of_any_constant_exponent_is_onnx_runtimes_and_autograds(tmp_path):
+    """x ** e of a constant e other than 2 and 0.5 had been refused ('utrain has x**2
+    and x**0.5 only'): h ** 3, (|h| + 0.5) ** 1.5, (h h + 1) ** -2 and (relu(h) + 1) **
+    0.25 (MULs, a DIV of 1, EXP(e LOG x): spellings._pow_steps): utrain's forward is ONNX
+    Runtime's, the gradients PyTorch autograd's."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+
+    class Powers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.b(h ** 3 + (h.abs() + 0.5) ** 1.5 + (h * h + 1.0) ** -2
+                          + (torch.relu(h) + 1.0) ** 0.25)
+    torch.manual_seed(0)
+    net = Powers()
+    src = _onnx(net, tmp_path / 'p.onnx', (1, 4))
+    pows = [n for n in onnx.load(src).graph.node if n.op_type == 'Pow']
+    assert len(pows) == 4, [n.op_type for n in onnx.load(src).graph.node]
+    tr = _trainer(src, tmp_path / 'run')
+    from utrain.sink import Sums        # (on the path once _trainer imported test_parity)
+    tr.net.sink = Sums(tr.net)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    x = torch.tensor(np.random.default_rng(2).normal(size=(1, 4)).astype(F32))
+    tr.set_input(x.numpy())
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+                               .ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (net(x) * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=1e-5)
+                   for p in params if p.numel() == g.size), (k, g)
