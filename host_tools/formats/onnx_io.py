@@ -275,13 +275,14 @@ class _Node:
 
 
 SUPPORTED = sorted({
-    'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
+    'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Ceil', 'Clip', 'Concat', 'Constant',
     'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
-    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
+    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Round', 'Floor',
+    'Selu', 'Sigmoid',
     'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
@@ -1086,6 +1087,17 @@ class _Reader(RecurrentOps):
 
     def op_Sqrt(self, node, ins, a, i):
         self._unary('SQRT', node, ins)
+
+    def op_Round(self, node, ins, a, i):
+        """Round (half to even, as TFLite's ROUND), Floor, Ceil: steps, no gradient
+        (torch's); utrain.op_math."""
+        self._unary('ROUND', node, ins)
+
+    def op_Floor(self, node, ins, a, i):
+        self._unary('FLOOR', node, ins)
+
+    def op_Ceil(self, node, ins, a, i):
+        self._unary('CEIL', node, ins)
 
     def op_Exp(self, node, ins, a, i):
         self._unary('EXP', node, ins)

@@ -399,3 +399,44 @@ def test_pow_of_any_constant_exponent_is_onnx_runtimes_and_autograds(tmp_path):
         g = np.asarray(tr.net.sink.acc[k]).ravel()
         assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=1e-5)
                    for p in params if p.numel() == g.size), (k, g)
+
+
+def test_round_floor_ceil_are_onnx_runtimes_and_pass_no_gradient(tmp_path):
+    """torch.round, torch.floor and torch.ceil through torch.onnx (Round, Floor, Ceil)
+    had been refused as ops utrain cannot read: forward ONNX Runtime's (Round half to
+    even), gradients PyTorch autograd's (none through the steps: h trains through the
+    other terms)."""
+    ort = pytest.importorskip('onnxruntime')
+
+    class Steps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = self.a(x) * 3.0
+            return self.b(torch.round(h) * h + torch.floor(h) - torch.ceil(h * 0.5) * 2.0 + h)
+    torch.manual_seed(0)
+    net = Steps()
+    src = _onnx(net, tmp_path / 's.onnx', (1, 4))
+    import onnx
+    assert {'Round', 'Floor', 'Ceil'} <= {n.op_type for n in onnx.load(src).graph.node}
+    tr = _trainer(src, tmp_path / 'run')
+    from utrain.sink import Sums
+    tr.net.sink = Sums(tr.net)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    x = torch.tensor(np.random.default_rng(3).normal(size=(1, 4)).astype(F32))
+    tr.set_input(x.numpy())
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+                               .ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (net(x) * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=1e-6)
+                   for p in params if p.numel() == g.size), (k, g)
