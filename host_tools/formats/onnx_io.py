@@ -2493,9 +2493,11 @@ class _Reader(RecurrentOps):
         self.op_Resize(node, ins, a, i)
 
     def op_Pad(self, node, ins, a, i):
+        """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect), the
+        last two spelled by prepare (spellings.pads_to_concat)."""
         mode = a.get('mode', 'constant')
-        if mode != 'constant':
-            self.err(f'mode {mode}: utrain pads with zeros')
+        if mode not in ('constant', 'reflect'):
+            self.err(f'mode {mode}: utrain pads with a constant or reflects')
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
@@ -2503,8 +2505,6 @@ class _Reader(RecurrentOps):
             else list(a.get('pads'))
         value = float(np.asarray(self.const[ins[2]]).reshape(-1)[0]) \
             if len(ins) > 2 and ins[2] else float(a.get('value', 0.0))
-        if value != 0:
-            self.err(f'pad value {value}: utrain pads with zeros')
         axes = [int(x) % r for x in self.cval(ins[3], 'axes')] if len(ins) > 3 and ins[3] \
             else list(range(r))
         pp = [[0, 0] for _ in range(r)]
@@ -2518,7 +2518,15 @@ class _Reader(RecurrentOps):
             pp = _twin_list(pp, [0, 0])
         x = self.get(v, lay)
         pk = self.tensor(node.output[0] + '/paddings', [len(pp), 2], np.array(pp, np.int32))
-        self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
+        y = self.out(node.output[0], lay, out_shape)
+        if mode == 'reflect':
+            self.emit('MIRROR_PAD', [x, pk], [y], mode='REFLECT')
+        elif value != 0:
+            k = self.tensor(node.output[0] + '/value', [], np.array(value, np.float32))
+            self.tensors[k].frozen = True
+            self.emit('PADV2', [x, pk, k], [y])
+        else:
+            self.emit('PAD', [x, pk], [y])
 
 
 def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):

@@ -857,6 +857,72 @@ def dilated_convs(g: Graph) -> int:
     return done
 
 
+def pads_to_concat(g: Graph) -> int:
+    """A float PADV2 (PAD with a constant value c: F.pad(x, value=c), tf.pad's
+    constant_values) -> SUB c, PAD (zeros), ADD c (c frozen); a MIRROR_PAD (REFLECT:
+    ReflectionPad, ONNX Pad mode reflect; SYMMETRIC) -> per padded axis a
+    CONCATENATION of the mirrored rows (a STRIDED_SLICE of one row each, in order) and
+    the input: each output copies an input row, its gradient summed into it.  Returns
+    how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('PADV2', 'MIRROR_PAD') or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        pp = np.asarray(g.tensors[op.inputs[1]].data, np.int64).reshape(-1, 2)
+        name = g.tensors[y].name
+        if op.name == 'PADV2':
+            c = g.tensors[op.inputs[2]].data if len(op.inputs) > 2 and \
+                is_const(g, op.inputs[2]) else None
+            if c is None or np.size(c) != 1:
+                continue
+            c = float(np.asarray(c).reshape(-1)[0])
+            if c == 0.0:
+                op.name, op.code, op.inputs = 'PAD', OP_CODES['PAD'], op.inputs[:2]
+            else:
+                k = new_tensor(g, f'{name}/value', [], np.array(c, np.float32))
+                g.tensors[k].frozen = True
+                spell(g, op, [('SUB', [x, k], NO_ACTIVATION, list(g.tensors[x].shape)),
+                              ('PAD', ['prev', op.inputs[1]], {}, None),
+                              ('ADD', ['prev', k], NO_ACTIVATION, None)], own=1)
+            done += 1
+            continue
+        shape = list(g.tensors[x].shape)
+        off = 0 if op.options.get('mode') in ('SYMMETRIC', 1) else 1
+        if pp.shape[0] != len(shape) or pp.min() < 0 or \
+                any(p0 + off > n or p1 + off > n for (p0, p1), n in zip(pp, shape)):
+            continue            # (TFLite refuses pads past the mirrored rows too)
+        made, cur = [], x
+        axes = [a for a in range(len(shape)) if pp[a].any()]
+        for j, a in enumerate(axes):
+            n = shape[a]
+            rows = [p - 1 + off for p in range(pp[a][0], 0, -1)] + [None] + \
+                [n - off - p for p in range(1, pp[a][1] + 1)]
+            parts = []
+            for r in rows:
+                if r is None:
+                    parts.append(cur)
+                    continue
+                b, e = [0] * len(shape), list(shape)
+                b[a], e[a] = r, r + 1
+                parts.append(new_tensor(g, f'{name}/axis{a}_row{r}_{len(parts)}',
+                                        shape[:a] + [1] + shape[a + 1:], like=y))
+                made.append(slice_op(g, cur, parts[-1], f'{name}/axis{a}_row{r}_{len(parts)}',
+                                     b, e, [1] * len(shape), op.src))
+            shape[a] += int(pp[a].sum())
+            out = y if j == len(axes) - 1 else new_tensor(g, f'{name}/axis{a}', list(shape), like=y)
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [out],
+                                 {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+            cur = out
+        if not made:
+            continue
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
 def conv3d_to_conv2d(g: Graph) -> int:
     """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
     output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as

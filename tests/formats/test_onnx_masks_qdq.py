@@ -80,7 +80,9 @@ def _agrees(net, src, out, x, dy, atol=1e-6):
     assert len(tr.net.trainable) == len(params)
     for k in tr.net.trainable:
         g = np.asarray(tr.net.sink.acc[k]).ravel()
-        assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=atol)
+        # (a Conv2d weight as utrain lays it out: [O, kh, kw, C])
+        assert any(np.allclose(g, (p.grad.permute(0, 2, 3, 1) if p.dim() == 4 else p.grad)
+                               .numpy().ravel(), rtol=1e-4, atol=atol)
                    for p in params if p.numel() == g.size), (k, g)
 
 
@@ -412,3 +414,36 @@ def test_round_floor_ceil_are_onnx_runtimes_and_pass_no_gradient(tmp_path):
     assert {'Round', 'Floor', 'Ceil'} <= {n.op_type for n in onnx.load(src).graph.node}
     x = torch.tensor(np.random.default_rng(3).normal(size=(1, 4)).astype(F32))
     _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
+
+
+def test_reflect_and_valued_pads_are_onnx_runtimes_and_autograds(tmp_path):
+    """F.pad(mode='reflect') (ReflectionPad: ONNX Pad mode reflect, TFLite's MIRROR_PAD)
+    and F.pad(value=c) of a nonzero c (PADV2) had been refused ('utrain pads with
+    zeros'): rows mirrored by slices and a concatenation, SUB c, PAD, ADD c
+    (spellings.pads_to_concat); forward ONNX Runtime's, gradients PyTorch autograd's."""
+    pytest.importorskip('onnxruntime')
+    F = nn.functional
+
+    class Pads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.o = nn.Conv2d(2, 3, 3), nn.Linear(3 * 5 * 6 + 2 * 8, 3)
+
+        def forward(self, x):
+            h = self.c(F.pad(x, (2, 1, 1, 1), mode='reflect'))         # [1, 3, 5, 6]
+            s = F.pad(x[:, :, 0, :], (1, 2), value=0.5)               # [1, 2, 8]
+            return self.o(torch.cat([h.flatten(1), s.flatten(1)], 1))
+    torch.manual_seed(0)
+    net = Pads()
+    src = _onnx(net, tmp_path / 'p.onnx', (1, 2, 5, 5))
+    import onnx
+    modes = sorted(_attrs_of(n).get('mode', 'constant') for n in onnx.load(src).graph.node
+                   if n.op_type == 'Pad')
+    assert modes == ['constant', 'reflect'], modes
+    x = torch.tensor(np.random.default_rng(4).normal(size=(1, 2, 5, 5)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
+
+
+def _attrs_of(node):
+    from host_tools.formats.onnx_io import _attrs
+    return _attrs(node)

@@ -424,3 +424,44 @@ def test_int8_pad_of_a_frozen_branch_after_the_first_trained_layer(tmp_path):
     assert os.path.exists(os.path.join(out, 'q8.json'))        # (int8 from float)
     run(out, python=True)
     assert os.path.exists(os.path.join(out, 'trained.wof'))
+
+
+@pytest.mark.parametrize('mode', ['SYMMETRIC', 'REFLECT'])
+def test_a_mirror_pad_is_tflms_and_its_step_the_gradient(tmp_path, mode):
+    """MIRROR_PAD (tf.pad mode SYMMETRIC / REFLECT) had been refused as an op utrain
+    cannot run: spelled as slices of the mirrored rows and a concatenation
+    (spellings.pads_to_concat), utrain's forward is TFLite Micro's and one SGD step of
+    each weight its gradient (finite differences of numpy's np.pad)."""
+    from test_parity import new_trainer, utrain_predict
+    from stepcheck import step_is_the_gradient
+    rng = np.random.default_rng(0)
+    T, C, pads = 4, 3, [[0, 0], [2, 1], [0, 0]]
+    W = rng.normal(size=(C, C)).astype(F32)
+    FW = rng.normal(size=(2, (T + 3) * C)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C])
+    h = b.tensor('h', [1, T, C])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [C, C], data=W), -1], [h],
+         fused_activation_function='NONE', keep_num_dims=True)
+    p = b.tensor('p', [1, T + 3, C])
+    b.op('MIRROR_PAD', [h, b.tensor('pads', [3, 2], data=np.array(pads, np.int32))], [p], mode=mode)
+    f = b.tensor('f', [1, (T + 3) * C])
+    b.op('RESHAPE', [p], [f], new_shape=[1, (T + 3) * C])
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fw', [2, (T + 3) * C], data=FW), -1], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'm.tflite')
+    b.save(src)
+
+    def forward(xv, w=W, fw=FW):
+        hv = np.asarray(xv, np.float64).reshape(-1, T, C) @ np.asarray(w, np.float64).T
+        pv = np.pad(hv, pads, mode='symmetric' if mode == 'SYMMETRIC' else 'reflect')
+        return pv.reshape(len(hv), -1) @ np.asarray(fw, np.float64).T
+    xs = rng.normal(size=(4, T, C)).astype(F32)
+    np.testing.assert_allclose(tflm_run(src, xs), forward(xs), rtol=1e-5, atol=1e-5)
+    step_is_the_gradient(src, forward, tmp_path, ('w', 'fw'), xs)
+    got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
+                                     tmp_path / 'run' / 'weights.wof'), xs, [1, T, C])
+    np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-5)
