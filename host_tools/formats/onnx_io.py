@@ -2224,17 +2224,34 @@ class _Reader(RecurrentOps):
             any(v in self.nhwc for v in vs) else 'plain'
 
     def op_Concat(self, node, ins, a, i):
+        """CONCATENATION of the activations and constants (a CoordConv's coordinate
+        channels, a fixed token: laid out as the activations, frozen) in the layout the
+        activations share."""
         vs = [v for v in ins if v]
-        if any(v in self.const for v in vs):
-            self.err('concatenating constants with activations is not supported')
-        lay = self._layout_for(vs)
-        r = len(self.oshape(vs[0]))
+        acts = [v for v in vs if v not in self.const]
+        lay = self._layout_for(acts)
+        r = len(self.oshape(acts[0]))
+
+        def shape(v):
+            return list(self.oshape(v)) if v not in self.const else list(np.shape(self.const[v]))
+        if any(len(shape(v)) != r for v in vs):
+            self.err(f'operands of shapes {[shape(v) for v in vs]}: a Concat of one rank')
         axis = int(a['axis']) % r
         if lay == 'nhwc':
             axis = _pos(r)[axis]
-        xs = [self.get(v, lay) for v in vs]
-        oshape = list(self.oshape(vs[0]))
-        oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
+        xs = []
+        for v in vs:
+            if v not in self.const:
+                xs.append(self.get(v, lay))
+                continue
+            c = np.asarray(self.const[v])
+            steps = [('R', list(c.shape), _to4(c.shape)), ('T', NCHW_TO_NHWC)] \
+                if lay == 'nhwc' else []
+            xs.append(self.const_tensor(v, apply_steps(c, steps), v if v in self.inits else None,
+                                        steps))
+            self.tensors[xs[-1]].frozen = True
+        oshape = shape(acts[0])
+        oshape[int(a['axis']) % r] = sum(shape(v)[int(a['axis']) % r] for v in vs)
         self.emit('CONCATENATION', xs, [self.out(node.output[0], lay, oshape)], axis=axis,
                   fused_activation_function='NONE')
 

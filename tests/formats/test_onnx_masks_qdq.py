@@ -447,3 +447,29 @@ def test_reflect_and_valued_pads_are_onnx_runtimes_and_autograds(tmp_path):
 def _attrs_of(node):
     from host_tools.formats.onnx_io import _attrs
     return _attrs(node)
+
+
+def test_a_concat_with_constants_is_onnx_runtimes_and_autograds(tmp_path):
+    """torch.cat of activations with constants (CoordConv's coordinate channels on a
+    feature map, a fixed vector beside features) had been refused ('concatenating
+    constants with activations is not supported'): the constants laid out as the
+    activations, frozen; forward ONNX Runtime's, gradients PyTorch autograd's."""
+    pytest.importorskip('onnxruntime')
+
+    class Coords(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.a, self.o = nn.Conv2d(4, 3, 3), nn.Linear(3, 5), nn.Linear(7, 3)
+            yy, xx = torch.meshgrid(torch.linspace(-1, 1, 5), torch.linspace(-1, 1, 5),
+                                    indexing='ij')
+            self.register_buffer('xy', torch.stack([yy, xx])[None])
+            self.register_buffer('k', torch.tensor([[0.5, -2.0]]))
+
+        def forward(self, x):
+            h = torch.relu(self.c(torch.cat([x, self.xy], 1))).mean((2, 3))
+            return self.o(torch.cat([self.k, torch.tanh(self.a(h))], 1))
+    torch.manual_seed(0)
+    net = Coords()
+    src = _onnx(net, tmp_path / 'c.onnx', (1, 2, 5, 5))
+    x = torch.tensor(np.random.default_rng(5).normal(size=(1, 2, 5, 5)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
