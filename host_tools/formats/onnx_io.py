@@ -2510,11 +2510,12 @@ class _Reader(RecurrentOps):
         self.op_Resize(node, ins, a, i)
 
     def op_Pad(self, node, ins, a, i):
-        """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect), the
-        last two spelled by prepare (spellings.pads_to_concat)."""
+        """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect; mode
+        edge: the border row repeated, Operator.edge), the last two spelled by prepare
+        (spellings.pads_to_concat); negative pads crop first (a STRIDED_SLICE)."""
         mode = a.get('mode', 'constant')
-        if mode not in ('constant', 'reflect'):
-            self.err(f'mode {mode}: utrain pads with a constant or reflects')
+        if mode not in ('constant', 'reflect', 'edge'):
+            self.err(f'mode {mode}: utrain pads with a constant, reflects or repeats the edge')
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
@@ -2527,24 +2528,36 @@ class _Reader(RecurrentOps):
         pp = [[0, 0] for _ in range(r)]
         for j, d in enumerate(axes):
             pp[d] = [pads[j], pads[j + len(axes)]]
-        if min(min(p) for p in pp) < 0:
-            self.err('negative pads (crops) are not supported')
-        out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        if min(min(p) for p in pp) < 0:         # (a crop: F.pad with negative pads)
+            cut = [n + min(p[0], 0) + min(p[1], 0) for n, p in zip(s, pp)]
+            if min(cut) < 1:
+                self.err(f'pads {pads} crop all of shape {s}')
+            begin, end = [-min(p[0], 0) for p in pp], [n + min(p[1], 0) for n, p in zip(s, pp)]
+            shape = cut
+            if lay == 'nhwc':
+                begin, end, shape = _twin_list(begin, 0), _twin_list(end, 1), _nhwc_shape(cut)
+            c = node.output[0] + '/crop'
+            ks = [self.tensor(c + n, [len(q)], np.array(q, np.int32)) for n, q in (
+                ('/begin', begin), ('/end', end), ('/strides', [1] * len(begin)))]
+            y = self.tensor(c, shape)
+            self.emit('STRIDED_SLICE', [x] + ks, [y])
+            x, s, pp = y, cut, [[max(p[0], 0), max(p[1], 0)] for p in pp]
+        out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
         if lay == 'nhwc':
             pp = _twin_list(pp, [0, 0])
-        x = self.get(v, lay)
         pk = self.tensor(node.output[0] + '/paddings', [len(pp), 2], np.array(pp, np.int32))
         y = self.out(node.output[0], lay, out_shape)
-        if mode == 'reflect':
-            self.emit('MIRROR_PAD', [x, pk], [y], mode='REFLECT')
+        if mode != 'constant':
+            op = self.emit('MIRROR_PAD', [x, pk], [y], mode='REFLECT')
+            op.edge = mode == 'edge'
         elif value != 0:
             k = self.tensor(node.output[0] + '/value', [], np.array(value, np.float32))
             self.tensors[k].frozen = True
             self.emit('PADV2', [x, pk, k], [y])
         else:
             self.emit('PAD', [x, pk], [y])
-
 
 def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
     t, l, b, r = pads

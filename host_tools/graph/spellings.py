@@ -860,8 +860,8 @@ def dilated_convs(g: Graph) -> int:
 def pads_to_concat(g: Graph) -> int:
     """A float PADV2 (PAD with a constant value c: F.pad(x, value=c), tf.pad's
     constant_values) -> SUB c, PAD (zeros), ADD c (c frozen); a MIRROR_PAD (REFLECT:
-    ReflectionPad, ONNX Pad mode reflect; SYMMETRIC) -> per padded axis a
-    CONCATENATION of the mirrored rows (a STRIDED_SLICE of one row each, in order) and
+    ReflectionPad, ONNX Pad mode reflect; SYMMETRIC; ONNX's mode edge, Operator.edge:
+    the border row repeated) -> per padded axis a CONCATENATION of the mirrored rows (a STRIDED_SLICE of one row each, in order) and
     the input: each output copies an input row, its gradient summed into it.  Returns
     how many."""
     done = 0
@@ -890,16 +890,17 @@ def pads_to_concat(g: Graph) -> int:
             done += 1
             continue
         shape = list(g.tensors[x].shape)
+        edge = getattr(op, 'edge', False)       # (ONNX Pad mode edge: the border row)
         off = 0 if op.options.get('mode') in ('SYMMETRIC', 1) else 1
-        if pp.shape[0] != len(shape) or pp.min() < 0 or \
+        if pp.shape[0] != len(shape) or pp.min() < 0 or not edge and \
                 any(p0 + off > n or p1 + off > n for (p0, p1), n in zip(pp, shape)):
             continue            # (TFLite refuses pads past the mirrored rows too)
         made, cur = [], x
         axes = [a for a in range(len(shape)) if pp[a].any()]
         for j, a in enumerate(axes):
             n = shape[a]
-            rows = [p - 1 + off for p in range(pp[a][0], 0, -1)] + [None] + \
-                [n - off - p for p in range(1, pp[a][1] + 1)]
+            rows = [0 if edge else p - 1 + off for p in range(pp[a][0], 0, -1)] + [None] + \
+                [n - 1 if edge else n - off - p for p in range(1, pp[a][1] + 1)]
             parts = []
             for r in rows:
                 if r is None:

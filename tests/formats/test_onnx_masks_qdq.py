@@ -416,30 +416,35 @@ def test_round_floor_ceil_are_onnx_runtimes_and_pass_no_gradient(tmp_path):
     _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
 
 
-def test_reflect_and_valued_pads_are_onnx_runtimes_and_autograds(tmp_path):
-    """F.pad(mode='reflect') (ReflectionPad: ONNX Pad mode reflect, TFLite's MIRROR_PAD)
-    and F.pad(value=c) of a nonzero c (PADV2) had been refused ('utrain pads with
-    zeros'): rows mirrored by slices and a concatenation, SUB c, PAD, ADD c
-    (spellings.pads_to_concat); forward ONNX Runtime's, gradients PyTorch autograd's."""
+def test_reflect_edge_valued_and_negative_pads_are_onnx_runtimes_and_autograds(tmp_path):
+    """F.pad(mode='reflect') (ReflectionPad: ONNX Pad mode reflect, TFLite's MIRROR_PAD),
+    mode='replicate' (Pad mode edge), F.pad(value=c) of a nonzero c (PADV2) and negative
+    pads (a crop) had been refused ('utrain pads with zeros', 'negative pads (crops) are
+    not supported'): rows mirrored or repeated by slices and a concatenation, SUB c, PAD,
+    ADD c (spellings.pads_to_concat), a STRIDED_SLICE; forward ONNX Runtime's, gradients
+    PyTorch autograd's."""
     pytest.importorskip('onnxruntime')
     F = nn.functional
 
     class Pads(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c, self.o = nn.Conv2d(2, 3, 3), nn.Linear(3 * 5 * 6 + 2 * 8, 3)
+            self.c, self.e = nn.Conv2d(2, 3, 3), nn.Conv2d(2, 2, 3)
+            self.o = nn.Linear(3 + 2 * 8 + 2 + 2 * 4 * 3, 3)
 
         def forward(self, x):
-            h = self.c(F.pad(x, (2, 1, 1, 1), mode='reflect'))         # [1, 3, 5, 6]
-            s = F.pad(x[:, :, 0, :], (1, 2), value=0.5)               # [1, 2, 8]
-            return self.o(torch.cat([h.flatten(1), s.flatten(1)], 1))
+            h = self.c(F.pad(x, (2, 1, 1, 1), mode='reflect')).mean((2, 3))       # [1, 3]
+            s = F.pad(x[:, :, 0, :], (1, 2), value=0.5)                         # [1, 2, 8]
+            e = self.e(F.pad(x, (1, 1, 2, 0), mode='replicate')).mean((2, 3))   # [1, 2]
+            c = F.pad(x, (-1, -1, 0, -1))                                        # [1, 2, 4, 3]
+            return self.o(torch.cat([h, s.flatten(1), e, c.flatten(1)], 1))
     torch.manual_seed(0)
     net = Pads()
     src = _onnx(net, tmp_path / 'p.onnx', (1, 2, 5, 5))
     import onnx
     modes = sorted(_attrs_of(n).get('mode', 'constant') for n in onnx.load(src).graph.node
                    if n.op_type == 'Pad')
-    assert modes == ['constant', 'reflect'], modes
+    assert modes == ['constant', 'constant', 'edge', 'reflect'], modes
     x = torch.tensor(np.random.default_rng(4).normal(size=(1, 2, 5, 5)).astype(F32))
     _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
 
