@@ -924,6 +924,47 @@ def pads_to_concat(g: Graph) -> int:
     return done
 
 
+def depth_to_space(g: Graph) -> int:
+    """A float DEPTH_TO_SPACE of block b (tf.nn.depth_to_space: a super-resolution
+    model's pixel shuffle) [1, H, W, b*b*C] -> [1, H*b, W*b, C]: output row h*b + i,
+    column w*b + j, channel c is input (h, w) channel (i*b + j)*C + c, so the channels
+    of row offset i are one run of b*C, which a RESHAPE [1, H, W*b, C] lays out along
+    the row: per i a STRIDED_SLICE of that run and a RESHAPE, their CONCATENATION along
+    W (each row's b rows side by side) RESHAPEd to [1, H*b, W*b, C].  Copies only: the
+    gradient of each output goes to the input it copies.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'DEPTH_TO_SPACE' or len(op.inputs) != 1 or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        b = int(op.options.get('block_size', 0) or 0)
+        X = list(g.tensors[x].shape)
+        if len(X) != 4 or X[0] != 1 or b < 1 or X[3] % (b * b):
+            continue
+        _, H, W, D = X
+        C = D // (b * b)
+        if list(g.tensors[y].shape) != [1, H * b, W * b, C]:
+            continue
+        name, made, rows = g.tensors[y].name, [], []
+        for i in range(b):
+            part = new_tensor(g, f'{name}/row{i}', [1, H, W, b * C], like=y)
+            made.append(slice_op(g, x, part, f'{name}/row{i}', [0, 0, 0, i * b * C],
+                                 [1, H, W, (i + 1) * b * C], [1, 1, 1, 1], op.src))
+            rows.append(new_tensor(g, f'{name}/row{i}_wide', [1, H, W * b, C], like=y))
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [part], [rows[-1]], {},
+                                 src=op.src))
+            make_reshape(g, made[-1], [1, H, W * b, C])
+        joined = new_tensor(g, f'{name}/rows', [1, H, b * W * b, C], like=y)
+        made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', rows, [joined],
+                             {'axis': 2, 'fused_activation_function': 'NONE'}, src=op.src))
+        made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))
+        make_reshape(g, made[-1], [1, H * b, W * b, C])
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
 def conv3d_to_conv2d(g: Graph) -> int:
     """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
     output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as

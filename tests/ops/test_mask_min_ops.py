@@ -465,3 +465,46 @@ def test_a_mirror_pad_is_tflms_and_its_step_the_gradient(tmp_path, mode):
     got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
                                      tmp_path / 'run' / 'weights.wof'), xs, [1, T, C])
     np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_depth_to_space_is_tflms_and_its_step_the_gradient(tmp_path):
+    """DEPTH_TO_SPACE (tf.nn.depth_to_space: a super-resolution model's pixel shuffle) had
+    been refused as an op utrain cannot run: spelled as slices of each row offset's
+    channels, RESHAPEs and a concatenation (spellings.depth_to_space), utrain's forward
+    is TFLite Micro's and one SGD step of each weight its gradient (finite differences
+    of numpy's reshape-transpose pixel shuffle)."""
+    from test_parity import new_trainer, utrain_predict
+    from stepcheck import step_is_the_gradient
+    rng = np.random.default_rng(0)
+    H, W, bs, C = 3, 2, 2, 2
+    D = bs * bs * C
+    K = rng.normal(size=(D, 1, 1, D)).astype(F32) * 0.5
+    FW = rng.normal(size=(2, H * bs * W * bs * C)).astype(F32) * 0.3
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, W, D])
+    h = b.tensor('h', [1, H, W, D])
+    b.op('CONV_2D', [x, b.tensor('k', list(K.shape), data=K), -1], [h], padding='VALID',
+         fused_activation_function='NONE')
+    s = b.tensor('s', [1, H * bs, W * bs, C])
+    b.op('DEPTH_TO_SPACE', [h], [s], block_size=bs)
+    f = b.tensor('f', [1, H * bs * W * bs * C])
+    b.op('RESHAPE', [s], [f], new_shape=[1, -1])
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fw', list(FW.shape), data=FW), -1], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'm.tflite')
+    b.save(src)
+
+    def forward(xv, k=K, fw=FW):
+        hv = np.asarray(xv, np.float64).reshape(-1, H, W, D) @ \
+            np.asarray(k, np.float64).reshape(D, D).T
+        sv = hv.reshape(-1, H, W, bs, bs, C).transpose(0, 1, 3, 2, 4, 5)
+        return sv.reshape(len(hv), -1) @ np.asarray(fw, np.float64).T
+    xs = rng.normal(size=(4, H, W, D)).astype(F32)
+    np.testing.assert_allclose(tflm_run(src, xs), forward(xs), rtol=1e-5, atol=1e-5)
+    step_is_the_gradient(src, forward, tmp_path, ('k', 'fw'), xs)
+    got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
+                                     tmp_path / 'run' / 'weights.wof'), xs, [1, H, W, D])
+    np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-5)
