@@ -276,7 +276,7 @@ class _Node:
 
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Ceil', 'Clip', 'Concat', 'Constant',
-    'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Cast (to float)', 'Celu', 'Conv', 'DepthToSpace', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
@@ -2508,6 +2508,18 @@ class _Reader(RecurrentOps):
 
     def op_Upsample(self, node, ins, a, i):
         self.op_Resize(node, ins, a, i)
+
+    def op_DepthToSpace(self, node, ins, a, i):
+        """DEPTH_TO_SPACE of the NHWC map (mode DCR as TFLite's; CRD, torch's
+        PixelShuffle: Operator.crd), spelled by prepare (spellings.depth_to_space)."""
+        N, C, H, W = self.oshape(ins[0])
+        b = int(a.get('blocksize', 0))
+        if len(self.oshape(ins[0])) != 4 or b < 1 or C % (b * b):
+            self.err(f'blocksize {b} for an input of shape {self.oshape(ins[0])}')
+        op = self.emit('DEPTH_TO_SPACE', [self.get(ins[0], 'nhwc')],
+                       [self.out(node.output[0], 'nhwc', [N, C // (b * b), H * b, W * b])],
+                       block_size=b)
+        op.crd = a.get('mode', 'DCR') == 'CRD'
 
     def op_Pad(self, node, ins, a, i):
         """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect; mode

@@ -949,8 +949,19 @@ def depth_to_space(g: Graph) -> int:
         name, made, rows = g.tensors[y].name, [], []
         for i in range(b):
             part = new_tensor(g, f'{name}/row{i}', [1, H, W, b * C], like=y)
-            made.append(slice_op(g, x, part, f'{name}/row{i}', [0, 0, 0, i * b * C],
-                                 [1, H, W, (i + 1) * b * C], [1, 1, 1, 1], op.src))
+            if getattr(op, 'crd', False):
+                # (ONNX's mode CRD, torch's PixelShuffle: channel c*b*b + i*b + j, so
+                # offset (i, j)'s channels are every b*b-th: joined j by j as DCR has them)
+                cols = [new_tensor(g, f'{name}/row{i}_col{j}', [1, H, W, C], like=y)
+                        for j in range(b)]
+                made += [slice_op(g, x, cols[j], f'{name}/row{i}_col{j}', [0, 0, 0, i * b + j],
+                                  [1, H, W, D], [1, 1, 1, b * b], op.src) for j in range(b)]
+                made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', cols,
+                                     [part], {'axis': 3, 'fused_activation_function': 'NONE'},
+                                     src=op.src))
+            else:
+                made.append(slice_op(g, x, part, f'{name}/row{i}', [0, 0, 0, i * b * C],
+                                     [1, H, W, (i + 1) * b * C], [1, 1, 1, 1], op.src))
             rows.append(new_tensor(g, f'{name}/row{i}_wide', [1, H, W * b, C], like=y))
             made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [part], [rows[-1]], {},
                                  src=op.src))

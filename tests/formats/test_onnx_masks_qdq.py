@@ -69,7 +69,10 @@ def _agrees(net, src, out, x, dy, atol=1e-6):
     from utrain.sink import Sums        # (on the path once _trainer imported test_parity)
     tr.net.sink = Sums(tr.net)
     sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
-    tr.set_input(x.numpy())
+    import json
+    with open(out / 'prepare.json') as f:      # (an NCHW input read as NHWC: input_perm)
+        perm = json.load(f).get('input_perm')
+    tr.set_input(x.numpy().transpose(perm) if perm else x.numpy())
     tr.net.forward(True)
     y = np.array(tr.net.output(), np.float64).ravel()
     np.testing.assert_allclose(y, sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
@@ -477,4 +480,44 @@ def test_a_concat_with_constants_is_onnx_runtimes_and_autograds(tmp_path):
     net = Coords()
     src = _onnx(net, tmp_path / 'c.onnx', (1, 2, 5, 5))
     x = torch.tensor(np.random.default_rng(5).normal(size=(1, 2, 5, 5)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
+
+
+@pytest.mark.parametrize('mode', ['CRD', 'DCR'])
+def test_a_pixel_shuffle_is_onnx_runtimes_and_autograds(tmp_path, mode):
+    """nn.PixelShuffle (ONNX DepthToSpace, mode CRD) and DepthToSpace mode DCR (TFLite's
+    order: the exported node's mode changed, the PyTorch reference its reshapes) had been
+    refused as ops utrain cannot read: slices of the channels, concatenations and
+    RESHAPEs (spellings.depth_to_space); forward ONNX Runtime's, gradients PyTorch
+    autograd's."""
+    pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import helper
+
+    class Shuffle(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.d, self.o = nn.Conv2d(2, 8, 1), nn.Conv2d(2, 3, 3), nn.Linear(3, 3)
+            self.mode = 'CRD'
+
+        def forward(self, x):
+            h = self.c(x)                                       # [1, 8, 3, 2]
+            if self.mode == 'CRD':
+                s = nn.functional.pixel_shuffle(h, 2)           # [1, 2, 6, 4]
+            else:       # (DCR: channel (i*2 + j)*2 + c)
+                s = h.reshape(1, 2, 2, 2, 3, 2).permute(0, 3, 4, 1, 5, 2).reshape(1, 2, 6, 4)
+            return self.o(torch.tanh(self.d(s)).mean((2, 3)))
+    torch.manual_seed(0)
+    net = Shuffle()
+    src = _onnx(net, tmp_path / 's.onnx', (1, 2, 3, 2))
+    m = onnx.load(src)
+    node = next(n for n in m.graph.node if n.op_type == 'DepthToSpace')
+    assert _attrs_of(node).get('mode') == 'CRD'
+    if mode == 'DCR':
+        net.mode = 'DCR'
+        kept = [t for t in node.attribute if t.name != 'mode']
+        del node.attribute[:]
+        node.attribute.extend(kept + [helper.make_attribute('mode', 'DCR')])
+        onnx.save(m, src)
+    x = torch.tensor(np.random.default_rng(6).normal(size=(1, 2, 3, 2)).astype(F32))
     _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
