@@ -432,8 +432,6 @@ def test_a_mirror_pad_is_tflms_and_its_step_the_gradient(tmp_path, mode):
     cannot run: spelled as slices of the mirrored rows and a concatenation
     (spellings.pads_to_concat), utrain's forward is TFLite Micro's and one SGD step of
     each weight its gradient (finite differences of numpy's np.pad)."""
-    from test_parity import new_trainer, utrain_predict
-    from stepcheck import step_is_the_gradient
     rng = np.random.default_rng(0)
     T, C, pads = 4, 3, [[0, 0], [2, 1], [0, 0]]
     W = rng.normal(size=(C, C)).astype(F32)
@@ -445,25 +443,34 @@ def test_a_mirror_pad_is_tflms_and_its_step_the_gradient(tmp_path, mode):
          fused_activation_function='NONE', keep_num_dims=True)
     p = b.tensor('p', [1, T + 3, C])
     b.op('MIRROR_PAD', [h, b.tensor('pads', [3, 2], data=np.array(pads, np.int32))], [p], mode=mode)
-    f = b.tensor('f', [1, (T + 3) * C])
-    b.op('RESHAPE', [p], [f], new_shape=[1, (T + 3) * C])
-    y = b.tensor('y', [1, 2])
-    b.op('FULLY_CONNECTED', [f, b.tensor('fw', [2, (T + 3) * C], data=FW), -1], [y],
-         fused_activation_function='NONE')
-    b.inputs(x)
-    b.outputs(y)
-    src = os.fspath(tmp_path / 'm.tflite')
-    b.save(src)
 
     def forward(xv, w=W, fw=FW):
         hv = np.asarray(xv, np.float64).reshape(-1, T, C) @ np.asarray(w, np.float64).T
         pv = np.pad(hv, pads, mode='symmetric' if mode == 'SYMMETRIC' else 'reflect')
         return pv.reshape(len(hv), -1) @ np.asarray(fw, np.float64).T
-    xs = rng.normal(size=(4, T, C)).astype(F32)
+    _head_and_checks(b, x, p, FW, forward, rng.normal(size=(4, T, C)).astype(F32), ('w', 'fw'),
+                     tmp_path)
+
+
+def _head_and_checks(b, x, s, FW, forward, xs, names, tmp_path):
+    """b's model x -> ... -> s, RESHAPE [1, n] -> FULLY_CONNECTED 'fw' (FW [2, n]) -> y,
+    saved: its forward of xs is TFLite Micro's and forward's (numpy), utrain's too, and
+    one SGD step of each weight in names its gradient (stepcheck)."""
+    from test_parity import new_trainer, utrain_predict
+    from stepcheck import step_is_the_gradient
+    f = b.tensor('f', [1, FW.shape[1]])
+    b.op('RESHAPE', [s], [f], new_shape=[1, FW.shape[1]])
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fw', list(FW.shape), data=FW), -1], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'm.tflite')
+    b.save(src)
     np.testing.assert_allclose(tflm_run(src, xs), forward(xs), rtol=1e-5, atol=1e-5)
-    step_is_the_gradient(src, forward, tmp_path, ('w', 'fw'), xs)
+    step_is_the_gradient(src, forward, tmp_path, names, xs)
     got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
-                                     tmp_path / 'run' / 'weights.wof'), xs, [1, T, C])
+                                     tmp_path / 'run' / 'weights.wof'), xs, list(xs.shape[1:]))
     np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-5)
 
 
@@ -473,8 +480,6 @@ def test_a_depth_to_space_is_tflms_and_its_step_the_gradient(tmp_path):
     channels, RESHAPEs and a concatenation (spellings.depth_to_space), utrain's forward
     is TFLite Micro's and one SGD step of each weight its gradient (finite differences
     of numpy's reshape-transpose pixel shuffle)."""
-    from test_parity import new_trainer, utrain_predict
-    from stepcheck import step_is_the_gradient
     rng = np.random.default_rng(0)
     H, W, bs, C = 3, 2, 2, 2
     D = bs * bs * C
@@ -487,24 +492,11 @@ def test_a_depth_to_space_is_tflms_and_its_step_the_gradient(tmp_path):
          fused_activation_function='NONE')
     s = b.tensor('s', [1, H * bs, W * bs, C])
     b.op('DEPTH_TO_SPACE', [h], [s], block_size=bs)
-    f = b.tensor('f', [1, H * bs * W * bs * C])
-    b.op('RESHAPE', [s], [f], new_shape=[1, -1])
-    y = b.tensor('y', [1, 2])
-    b.op('FULLY_CONNECTED', [f, b.tensor('fw', list(FW.shape), data=FW), -1], [y],
-         fused_activation_function='NONE')
-    b.inputs(x)
-    b.outputs(y)
-    src = os.fspath(tmp_path / 'm.tflite')
-    b.save(src)
 
     def forward(xv, k=K, fw=FW):
         hv = np.asarray(xv, np.float64).reshape(-1, H, W, D) @ \
             np.asarray(k, np.float64).reshape(D, D).T
         sv = hv.reshape(-1, H, W, bs, bs, C).transpose(0, 1, 3, 2, 4, 5)
         return sv.reshape(len(hv), -1) @ np.asarray(fw, np.float64).T
-    xs = rng.normal(size=(4, H, W, D)).astype(F32)
-    np.testing.assert_allclose(tflm_run(src, xs), forward(xs), rtol=1e-5, atol=1e-5)
-    step_is_the_gradient(src, forward, tmp_path, ('k', 'fw'), xs)
-    got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
-                                     tmp_path / 'run' / 'weights.wof'), xs, [1, H, W, D])
-    np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-5)
+    _head_and_checks(b, x, s, FW, forward, rng.normal(size=(4, H, W, D)).astype(F32),
+                     ('k', 'fw'), tmp_path)
