@@ -282,7 +282,7 @@ SUPPORTED = sorted({
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Round', 'Floor',
-    'Selu', 'Sigmoid',
+    'Selu', 'Sigmoid', 'Sign',
     'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
@@ -1098,6 +1098,9 @@ class _Reader(RecurrentOps):
 
     def op_Ceil(self, node, ins, a, i):
         self._unary('CEIL', node, ins)
+
+    def op_Sign(self, node, ins, a, i):
+        self._unary('SIGN', node, ins)
 
     def op_Exp(self, node, ins, a, i):
         self._unary('EXP', node, ins)

@@ -16,6 +16,7 @@
 # -q'(z) / sqrt 2 on both sides), so it matches finite differences of the forward.
 # ROUND (116) y = round(x), half to even (TFLite's, torch.round)   no gradient
 # FLOOR   (8) y = floor(x)          CEIL (104) y = ceil(x)          no gradient
+# SIGN  (158) y = -1, 0 or 1 (NaN: 0)                                 no gradient
 #            (steps: dy/dx = 0, as torch has it; the host lists no data input, so no
 #            backward runs); element by element (the array subset has no rounding)
 # EXP, LOG, SQRT and RSQRT give 0 where dy is 0 (op_act.keep0): a select's untaken side
@@ -33,6 +34,7 @@ _GELU = const(150)
 _ROUND = const(116)
 _FLOOR = const(8)
 _CEIL = const(104)
+_SIGN = const(158)
 _APPROX = const(0)
 _WHOLE = 4503599627370496.0       # 2^52: every float this large is a whole number
 
@@ -88,6 +90,8 @@ def forward(rt, op):
     x = rt.t[ins[0]]
     if code == _ROUND or code == _FLOOR or code == _CEIL:
         y = _each(x, code)
+    elif code == _SIGN:
+        y = np.where(x > 0.0, 1.0, np.where(x < 0.0, -1.0, 0.0))
     elif code == _RSQRT:
         y = 1.0 / np.sqrt(x)
     elif code == _SQRT:

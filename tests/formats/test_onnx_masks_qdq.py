@@ -396,7 +396,8 @@ def test_pow_of_any_constant_exponent_is_onnx_runtimes_and_autograds(tmp_path):
 
 
 def test_round_floor_ceil_are_onnx_runtimes_and_pass_no_gradient(tmp_path):
-    """torch.round, torch.floor and torch.ceil through torch.onnx (Round, Floor, Ceil)
+    """torch.round, torch.floor, torch.ceil and torch.sign through torch.onnx (Round,
+    Floor, Ceil, Sign)
     had been refused as ops utrain cannot read: forward ONNX Runtime's (Round half to
     even), gradients PyTorch autograd's (none through the steps: h trains through the
     other terms)."""
@@ -409,12 +410,13 @@ def test_round_floor_ceil_are_onnx_runtimes_and_pass_no_gradient(tmp_path):
 
         def forward(self, x):
             h = self.a(x) * 3.0
-            return self.b(torch.round(h) * h + torch.floor(h) - torch.ceil(h * 0.5) * 2.0 + h)
+            return self.b(torch.round(h) * h + torch.floor(h) - torch.ceil(h * 0.5) * 2.0 + h
+                          + torch.sign(h) * h)
     torch.manual_seed(0)
     net = Steps()
     src = _onnx(net, tmp_path / 's.onnx', (1, 4))
     import onnx
-    assert {'Round', 'Floor', 'Ceil'} <= {n.op_type for n in onnx.load(src).graph.node}
+    assert {'Round', 'Floor', 'Ceil', 'Sign'} <= {n.op_type for n in onnx.load(src).graph.node}
     x = torch.tensor(np.random.default_rng(3).normal(size=(1, 4)).astype(F32))
     _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
 
