@@ -36,6 +36,11 @@ __all__ = ["CircleBuilder"]
 _PLACEHOLDER_FOR_GREATER_OP_CODES = 127
 
 
+def _np_of(tensor_type: int):
+    """The numpy dtype of a circle tensor type."""
+    return np.dtype(next(n for n, v in DTYPE_TO_TENSOR_TYPE.items() if v == tensor_type))
+
+
 def _options_object(table: str):
     mod = getattr(C, table)
     return getattr(mod, table + "T")()
@@ -93,6 +98,30 @@ class CircleBuilder:
             t.quantization = quant_params(quant)
         self._tensors.append(t)
         return len(self._tensors) - 1
+
+    def sparse(self, k: int, values, traversal_order, block_map, dim_metadata) -> None:
+        """Constant tensor k stored in TFLite's sparse format (as
+        tf.lite.Optimize.EXPERIMENTAL_SPARSITY writes it): its buffer the values walked,
+        dim_metadata a (format, dense_size, array_segments, array_indices) per level,
+        format 'DENSE' or 'SPARSE_CSR' (the index arrays int32)."""
+        t = self._tensors[k]
+        arr = np.asarray(values, _np_of(t.type)).astype(_np_of(t.type).newbyteorder("<"))
+        self._buffers[t.buffer] = _aligned_buffer(arr.tobytes())
+        sp = C.SparsityParameters.SparsityParametersT()
+        sp.traversalOrder, sp.blockMap = list(traversal_order), list(block_map)
+        sp.dimMetadata = []
+        for fmt, size, seg, ind in dim_metadata:
+            d = C.DimensionMetadata.DimensionMetadataT()
+            d.format = getattr(C.DimensionType.DimensionType, fmt)
+            d.denseSize = int(size)
+            for attr, v in (('arraySegments', seg), ('arrayIndices', ind)):
+                if v is not None:
+                    vec = C.Int32Vector.Int32VectorT()
+                    vec.values = [int(i) for i in v]
+                    setattr(d, attr, vec)
+                    setattr(d, attr + 'Type', C.SparseIndexVector.SparseIndexVector.Int32Vector)
+            sp.dimMetadata.append(d)
+        t.sparsity = sp
 
     # ---------------------------------------------------------------- operators
     def _opcode(self, code: int, custom_code: str | None = None) -> int:

@@ -314,6 +314,73 @@ def _tensor_data(path, ti: int, t, dtype: str, shape: list[int], payload: bytes)
     return np.frombuffer(payload, dtype=np.uint8).copy()
 
 
+def _index_vector(v):
+    """The values of a SparseIndexVector (Int32Vector, Uint16Vector or Uint8Vector)."""
+    vals = getattr(v, 'values', None) if v is not None else None
+    return np.zeros(0, np.int64) if vals is None else np.asarray(vals, np.int64).reshape(-1)
+
+
+def _densify(path, what: str, sp, dtype: str, shape: list[int], payload: bytes) -> np.ndarray:
+    """The dense array of shape a sparse tensor's values (payload) and its
+    SparsityParameters sp stand for, as TFLite's sparsity format converter (DENSIFY)
+    makes it: the n dims of shape, of which block_map's are blocked, are n + k levels
+    walked in traversal_order (the original dims first, then the k block dims), level i
+    described by dim_metadata[i]: DENSE (its dense_size positions each) or SPARSE_CSR
+    (of the entry the levels above reached, the indices array_indices[array_segments[p]
+    : array_segments[p + 1]]); the payload holds one value per position walked to the
+    end, in that order, every other element 0."""
+    n = len(shape)
+    order = [int(v) for v in (sp.traversalOrder if sp.traversalOrder is not None else range(n))]
+    bmap = [int(v) for v in (sp.blockMap if sp.blockMap is not None else [])]
+    dims, k = list(sp.dimMetadata or []), len(bmap)
+
+    def bad(why):
+        return ModelError(path, f"{what} is a sparse tensor whose sparsity parameters cannot "
+                                f"be read ({why}): the file is damaged; convert the model again")
+    if dtype not in _NUMPY_DTYPES:
+        raise bad(f"values of type {dtype}")
+    if len(order) != n + k or len(dims) != n + k or sorted(order[:n]) != list(range(n)) or \
+            sorted(order[n:]) != list(range(n, n + k)) or any(not 0 <= b < n for b in bmap):
+        raise bad(f"traversal_order {order}, block_map {bmap}, {len(dims)} dim_metadata for "
+                  f"shape {shape}")
+    bs = [int(dims[order[n + b]].denseSize or 0) for b in range(k)]
+    if any(b < 1 or shape[d] % b for b, d in zip(bs, bmap)):
+        raise bad(f"blocks {bs} of dims {bmap} do not divide shape {shape}")
+    prev = np.zeros(1, np.int64)            # the entry of each position walked so far
+    idx = np.zeros((1, 0), np.int64)        # its index at each level
+    for dm in dims:
+        if int(dm.format or 0) == 0:        # DENSE
+            m = int(dm.denseSize or 0)
+            prev = (prev[:, None] * m + np.arange(m)).reshape(-1)
+            idx = np.concatenate([np.repeat(idx, m, axis=0),
+                                  np.tile(np.arange(m), len(idx))[:, None]], axis=1)
+            continue
+        seg, ind = _index_vector(dm.arraySegments), _index_vector(dm.arrayIndices)
+        if len(prev) and (prev.max() + 1 >= len(seg) or seg[-1] > len(ind) or
+                          np.any(np.diff(seg) < 0)):
+            raise bad(f"array_segments of {len(seg)} for {prev.max() + 2} entries, "
+                      f"{len(ind)} indices")
+        lo, hi = seg[prev], seg[prev + 1]
+        pos = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)] or [np.zeros(0, np.int64)])
+        idx = np.concatenate([np.repeat(idx, hi - lo, axis=0), ind[pos][:, None]], axis=1)
+        prev = pos
+    npdt = _NUMPY_DTYPES[dtype]
+    if len(payload) != len(prev) * npdt.itemsize:
+        raise bad(f"{len(payload)} bytes of values for {len(prev)} positions")
+    vals = np.frombuffer(payload, dtype=npdt.newbyteorder("<")).astype(npdt)
+    at = [None] * n
+    for lv in range(n):
+        at[order[lv]] = idx[:, lv]
+    for lv in range(n, n + k):
+        b = order[lv] - n
+        at[bmap[b]] = at[bmap[b]] * bs[b] + idx[:, lv]
+    if any(np.any(a < 0) or np.any(a >= s) for a, s in zip(at, shape)):
+        raise bad(f"an index beyond shape {shape}")
+    dense = np.zeros(shape, npdt)
+    dense[tuple(at)] = vals
+    return dense
+
+
 def _op_code(oc) -> int:
     """max(builtin_code, deprecated_builtin_code), except for circle extension ops
     (negative codes): their builtin_code is negative and the int8 deprecated field holds
@@ -362,14 +429,10 @@ def _subgraph(path, raw: bytes, model, si: int):
         payload = _buffer_bytes(path, raw, model, bi, f"{at}tensor {ti} ({name!r})")
         data = None
         if payload is not None and getattr(t, 'sparsity', None) is not None:
-            # (its bytes are the nonzero values and their indices, which had been read as
-            # a dense tensor's: 'constant data has 244 bytes, but ... needs 2048')
-            raise ModelError(path, f"{at}tensor {ti} ({name!r}) is a sparse tensor (TFLite's "
-                                   "tf.lite.Optimize.EXPERIMENTAL_SPARSITY, read by a DENSIFY "
-                                   "op), which utrain does not read: convert the model without "
-                                   "that optimization (its weights stay the pruned ones, zeros "
-                                   "kept)")
-        if payload is not None:
+            # (TFLite's sparse format: tf.lite.Optimize.EXPERIMENTAL_SPARSITY's weights,
+            # read by a DENSIFY op): the dense tensor, which the model computes with
+            data = _densify(path, f"{at}tensor {ti} ({name!r})", t.sparsity, dtype, shape, payload)
+        elif payload is not None:
             data = _tensor_data(path, ti, t, dtype, shape, payload)
         sig = [int(d) for d in t.shapeSignature] if t.shapeSignature is not None else None
         tensors.append(Tensor(ti, name, shape, dtype, data, bi, _quant_dict(t.quantization),
@@ -498,6 +561,22 @@ def _quantize_shapes(g: Graph) -> None:
                 y.shape = list(x.shape)
 
 
+def _fold_densify(g: Graph) -> None:
+    """A DENSIFY of a constant (a sparse weight, which the reader made dense: _densify)
+    is taken out of g, its readers reading the constant; the other ops keep their
+    numbers in the file (Operator.src)."""
+    gone = [op for op in g.ops if op.name == 'DENSIFY' and len(op.inputs) == 1 and
+            len(op.outputs) == 1 and g.tensors[op.inputs[0]].data is not None and
+            op.outputs[0] not in g.outputs]
+    for op in gone:
+        for o in g.ops:
+            o.inputs = [op.inputs[0] if i == op.outputs[0] else i for i in o.inputs]
+        g.ops.remove(op)
+    for i, o in enumerate(g.ops if gone else ()):
+        o.src = o.number
+        o.index = i
+
+
 def read_model(path) -> Graph:
     """Read subgraph 0 of a circle or TFLite model file, or an .onnx model translated into
     the same IR (host_tools/formats/onnx_io.py). Raises :class:`ModelError`.  A circle
@@ -519,6 +598,8 @@ def read_model(path) -> Graph:
     raw = _read_bytes(path)
     model = _unpack(path, raw)
     g = _graph_from(path, raw, model)
+    for sub in [g] + list((g.subgraphs or {}).values()):
+        _fold_densify(sub)
     _quantize_shapes(g)
     drop_final_log_softmax(g)
     drop_two_class_sigmoid(g)
@@ -592,6 +673,26 @@ def _rebox(b) -> _AlignedBufferT:
     return nb
 
 
+def _dense_in_file(model, si: int, k: int) -> None:
+    """Sparse tensor k of subgraph si, given dense data, made a dense tensor of the model
+    object: its sparsity parameters gone, and a DENSIFY reading it taken out (its readers
+    read k), as TFLite's DENSIFY runs on sparse tensors only."""
+    sg = model.subgraphs[si]
+    sg.tensors[k].sparsity = None
+    codes = [_op_code(oc) for oc in model.operatorCodes or []]
+    for o in list(sg.operators or []):
+        ins = [int(i) for i in (o.inputs if o.inputs is not None else [])]
+        if codes[int(o.opcodeIndex or 0)] != OP_CODES['DENSIFY'] or ins != [k]:
+            continue
+        y = int(o.outputs[0])
+        sg.operators.remove(o)
+        for r in sg.operators:
+            if r.inputs is not None:
+                r.inputs = [k if int(i) == y else int(i) for i in r.inputs]
+        if sg.outputs is not None:
+            sg.outputs = [k if int(i) == y else int(i) for i in sg.outputs]
+
+
 def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
                        identifier: bytes | None = None, edit=None) -> None:
     """Copy ``src_path`` to ``out_path`` with the constant data of tensors replaced.
@@ -658,6 +759,8 @@ def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
             model.subgraphs[si].tensors[k].buffer = bi
         else:
             model.buffers[bi] = _aligned_buffer(payload)
+        if model.subgraphs[si].tensors[k].sparsity is not None:
+            _dense_in_file(model, si, k)
 
     if edit is not None:        # (formats.batch: tensor shapes and RESHAPE options)
         edit(model)

@@ -125,6 +125,147 @@ def _drop_qdq(graph) -> int:
     return done
 
 
+# onnxruntime's QOperator ops (quantize_static(quant_format=QOperator)), each the float op
+# between its operands' dequantization and its output's quantization: {op: (float op,
+# its quantized operands as (value, scale, zero point) input positions, the int32 bias'
+# position (scale: the first two operands' scales multiplied) or None, the output's
+# (scale, zero point) positions or None (a float output), attributes left out)}
+_QOPS = {
+    'QLinearConv': ('Conv', ((0, 1, 2), (3, 4, 5)), 8, (6, 7), ()),
+    'QLinearMatMul': ('MatMul', ((0, 1, 2), (3, 4, 5)), None, (6, 7), ()),
+    'QGemm': ('Gemm', ((0, 1, 2), (3, 4, 5)), 6, (7, 8), ()),
+    'QLinearAdd': ('Add', ((0, 1, 2), (3, 4, 5)), None, (6, 7), ()),
+    'QLinearMul': ('Mul', ((0, 1, 2), (3, 4, 5)), None, (6, 7), ()),
+    'QLinearSigmoid': ('Sigmoid', ((0, 1, 2),), None, (3, 4), ()),
+    'QLinearLeakyRelu': ('LeakyRelu', ((0, 1, 2),), None, (3, 4), ()),
+    'QLinearSoftmax': ('Softmax', ((0, 1, 2),), None, (3, 4), ('opset',)),
+    'QLinearAveragePool': ('AveragePool', ((0, 1, 2),), None, (3, 4), ('channels_last',)),
+    'QLinearGlobalAveragePool': ('GlobalAveragePool', ((0, 1, 2),), None, (3, 4),
+                                 ('channels_last',)),
+    'QLinearReduceMean': ('ReduceMean', ((0, 1, 2),), None, (3, 4), ()),
+}
+
+
+_QOP_KEY = 'utrain.qoperator_ops'
+
+
+def _qoperator_to_qdq(graph) -> int:
+    """A QOperator model's integer ops (QLinearConv, QGemm, QLinearAdd, ...: _QOPS, and
+    QLinearConcat) written in graph, in place, as the QDQ model's spelling of them:
+    DequantizeLinear of each operand (a weight's per channel along its output axis, the
+    int32 bias' at the product of the scales), the float op, QuantizeLinear of the output
+    at its scale and zero point; a DequantizeLinear goes before any other node reading a
+    quantized value (a MaxPool, a Flatten between QLinear ops) and one of a value that is
+    float now becomes an Identity.  The model then reads as a QDQ model (_drop_qdq: it
+    trains dequantized) and export writes the weights back into the QOperator file's
+    integer initializers.  Returns how many integer ops."""
+    from onnx import helper, numpy_helper
+    inits = {t.name: t for t in graph.initializer}
+    quant = {}          # quantized value -> (scale, zero point) names
+    floats = set()      # values of the QOperator graph that are float now
+    pre, out, done, k = [], [], 0, 0
+
+    def uname(base):
+        nonlocal k
+        k += 1
+        return f'{base}/qop{k}'
+
+    def dq(v, sc, zp, axis=None):
+        y = uname(v)
+        # (a weight's first: the reader knows it a constant where the nodes before its
+        # reader look ahead, a Flatten read only by a Gemm)
+        (pre if v in inits else out).append(helper.make_node(
+            'DequantizeLinear', [v, sc] + ([zp] if zp else []), [y], name=y,
+            **({} if axis is None else {'axis': axis})))
+        return y
+
+    def const(base, arr):
+        name = uname(base)
+        graph.initializer.append(numpy_helper.from_array(arr, name))
+        inits[name] = graph.initializer[-1]
+        return name
+
+    def scale(name):
+        return numpy_helper.to_array(inits[name]).astype(np.float32) if name in inits else None
+
+    for node in list(graph.node):
+        ins = list(node.input)
+        t = node.op_type
+        if t == 'QuantizeLinear':
+            quant[node.output[0]] = (ins[1], ins[2] if len(ins) > 2 else '')
+            out.append(node)
+            continue
+        if t == 'DequantizeLinear':
+            if ins[0] not in floats:
+                out.append(node)
+            else:           # (of a value a float op made of dequantized ones: as it is)
+                out.append(helper.make_node('Identity', [ins[0]], list(node.output),
+                                            name=node.name))
+            continue
+        if t == 'QLinearConcat':
+            ys, yz = ins[0], ins[1]
+            parts = [ins[j] if ins[j] in floats else dq(ins[j], ins[j + 1], ins[j + 2])
+                     for j in range(2, len(ins), 3)]
+            y = node.output[0]
+            out.append(helper.make_node('Concat', parts, [y + '/float'], name=node.name,
+                                        axis=int(_attrs(node).get('axis', 0))))
+            out.append(helper.make_node('QuantizeLinear', [y + '/float', ys, yz], [y],
+                                        name=uname(y)))
+            quant[y] = (ys, yz)
+            done += 1
+            continue
+        spec = _QOPS.get(t)
+        if spec is None:
+            new = [dq(v, *quant[v]) if v in quant else v for v in ins]
+            if new != ins:      # (a MaxPool, a Flatten of a quantized value: of its float one)
+                del node.input[:]
+                node.input.extend(new)
+                floats.update(node.output)
+            elif any(v in floats for v in ins):
+                floats.update(node.output)
+            out.append(node)
+            continue
+        ft, qins, bias, yq, drop = spec
+        a = _attrs(node)
+        attrs = {n: v for n, v in a.items() if n not in drop}
+        if t == 'QGemm':
+            attrs.setdefault('beta', 1.0)
+        new = []
+        for p, (v, sc, zp) in enumerate(qins):
+            x, xs = ins[v], ins[sc]
+            xz = ins[zp] if zp < len(ins) else ''
+            if x in floats:
+                new.append(x)
+                continue
+            axis = None
+            if x in inits and scale(xs) is not None and scale(xs).size > 1:
+                nd = len(inits[x].dims)     # (a weight's scales per output channel)
+                axis = 0 if ft == 'Conv' or (ft == 'Gemm' and a.get('transB')) else nd - 1
+            new.append(dq(x, xs, xz, axis))
+        if bias is not None and bias < len(ins) and ins[bias]:
+            s0, s1 = scale(ins[qins[0][1]]), scale(ins[qins[1][1]])
+            if s0 is None or s1 is None:
+                raise ValueError(f'{node.name}: a bias whose scale is not a constant')
+            bs = const(ins[bias] + '_scale', (s0.reshape(-1) * s1.reshape(-1)).astype(np.float32))
+            new.append(dq(ins[bias], bs, '', 0 if np.size(scale(bs)) > 1 else None))
+        y = node.output[0]
+        has_y = yq is not None and yq[0] < len(ins) and ins[yq[0]]
+        fy = y + '/float' if has_y else y
+        out.append(helper.make_node(ft, new, [fy], name=node.name, **attrs))
+        if has_y:
+            yz = ins[yq[1]] if yq[1] < len(ins) else ''
+            out.append(helper.make_node('QuantizeLinear', [fy, ins[yq[0]]] + ([yz] if yz else []),
+                                        [y], name=uname(y)))
+            quant[y] = (ins[yq[0]], yz)
+        else:
+            floats.add(y)
+        done += 1
+    if done:
+        del graph.node[:]
+        graph.node.extend(pre + out)
+    return done
+
+
 class _Node:
     """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
     op_type = ''
@@ -134,24 +275,26 @@ class _Node:
 
 
 SUPPORTED = sorted({
-    'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
-    'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Ceil', 'Clip', 'Concat', 'Constant',
+    'Cast (to float)', 'Celu', 'Conv', 'DepthToSpace', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
-    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
+    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Round', 'Floor',
+    'Selu', 'Sigmoid', 'Sign',
     'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Tile', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
-_QUANTIZED = ('a model quantized by onnxruntime.quantization in its QOperator format '
-              '(quantize_dynamic, or quantize_static with quant_format=QOperator), whose '
-              'integer ops utrain does not run: quantize_static\'s default QDQ format trains '
-              '(dequantized), or give utrain the float model from before quantizing it '
-              '(quantize the exported model again after), or a full-integer .tflite for '
-              'int8 training')
+_QUANTIZED = ('an op of a model quantized by onnxruntime.quantization that utrain does not '
+              'read: quantize_dynamic\'s (its activations quantized at run time: '
+              'DynamicQuantizeLinear, MatMulInteger, ConvInteger), or a QOperator op other '
+              'than ' + ', '.join(sorted(_QOPS) + ['QLinearConcat']) + ': '
+              'quantize_static (QDQ or QOperator) trains (dequantized), or give utrain the '
+              'float model from before quantizing it (quantize the exported model again '
+              'after), or a full-integer .tflite for int8 training')
 _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
            'trains deterministic models: export the model without it (a Stable-Baselines3 '
            'policy: its deterministic action, the actor\'s mean; a VAE: the mean), or keep '
@@ -654,6 +797,8 @@ class _Reader(RecurrentOps):
         gr.onnx_dropped = self.dropped
         gr.onnx_unread = self.unread       # inputs only those outputs read
         gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
+        gr.onnx_qop = next((int(p.value) for p in self.model.metadata_props
+                            if p.key == _QOP_KEY), 0)     # (QOperator ops read as QDQ)
         # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
         # 'output_probability': the probabilities it wraps): --output takes them too (it
         # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
@@ -943,6 +1088,20 @@ class _Reader(RecurrentOps):
     def op_Sqrt(self, node, ins, a, i):
         self._unary('SQRT', node, ins)
 
+    def op_Round(self, node, ins, a, i):
+        """Round (half to even, as TFLite's ROUND), Floor, Ceil: steps, no gradient
+        (torch's); utrain.op_math."""
+        self._unary('ROUND', node, ins)
+
+    def op_Floor(self, node, ins, a, i):
+        self._unary('FLOOR', node, ins)
+
+    def op_Ceil(self, node, ins, a, i):
+        self._unary('CEIL', node, ins)
+
+    def op_Sign(self, node, ins, a, i):
+        self._unary('SIGN', node, ins)
+
     def op_Exp(self, node, ins, a, i):
         self._unary('EXP', node, ins)
 
@@ -1114,14 +1273,19 @@ class _Reader(RecurrentOps):
 
     def op_Pow(self, node, ins, a, i):
         e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
-        if e.size != 1 or float(e[0]) not in (2.0, 0.5):
-            self.err(f'exponent {e.tolist()}: utrain has x**2 and x**0.5 only')
+        if e.size != 1 or float(e[0]) == 0.0 or not np.isfinite(e[0]):
+            self.err(f'exponent {e.tolist()}: utrain takes one nonzero constant exponent')
         if float(e[0]) == 0.5:
             return self._unary('SQRT', node, ins)
         lay = 'nhwc' if ins[0] in self.nhwc else 'plain'
         x = self.get(ins[0], lay)
-        self.emit('MUL', [x, x], [self.out(node.output[0], lay, self.oshape(ins[0]))],
-                  fused_activation_function='NONE')
+        y = self.out(node.output[0], lay, self.oshape(ins[0]))
+        if float(e[0]) == 2.0:
+            self.emit('MUL', [x, x], [y], fused_activation_function='NONE')
+        else:       # (prepare spells it: spellings.elementwise_forms)
+            k = self.tensor(node.output[0] + '/exponent', [], np.array(e[0], np.float32))
+            self.tensors[k].frozen = True
+            self.emit('POW', [x, k], [y])
 
     def _gelu_pattern(self, i):
         """Div(x, sqrt 2) (or Mul by 1 / sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (any
@@ -1459,7 +1623,54 @@ class _Reader(RecurrentOps):
                 f'utrain runs 1-D and 2-D {what} only'))
         return Wt, pre, a, r
 
+    def _conv3d(self, node, ins, a):
+        """A 3-D Conv (torch.nn.Conv3d, group 1): the [N, C, D, H, W] input TRANSPOSEd to
+        [N, D, H, W, C], a CONV_3D of weight [kd, kh, kw, C, O] (TFLite's; prepare spells it
+        with a CONV_2D per output frame and depth tap: spellings.conv3d_to_conv2d, which
+        takes ONNX's pads, op.pads3d), its output TRANSPOSEd back."""
+        Wt = np.asarray(self.const[ins[1]])
+        O, IG, kd, kh, kw = Wt.shape
+        N, C, D, H, W = self.oshape(ins[0])
+        if int(a.get('group', 1)) != 1 or IG != C:
+            self.err(f'group {a.get("group", 1)} of a 3-D convolution (weight '
+                     f'{list(Wt.shape)}, {C} input channels): utrain takes group 1 only')
+        k, st = (kd, kh, kw), [int(v) for v in a.get('strides', [1, 1, 1])]
+        dl = [int(v) for v in a.get('dilations', [1, 1, 1])]
+        ap = a.get('auto_pad', 'NOTSET')
+        n3 = (D, H, W)
+        if ap in ('SAME_UPPER', 'SAME_LOWER'):
+            tot = [max((-(-n // s_) - 1) * s_ + (k_ - 1) * d_ + 1 - n, 0)
+                   for n, k_, s_, d_ in zip(n3, k, st, dl)]
+            lo = [t // 2 if ap == 'SAME_UPPER' else t - t // 2 for t in tot]
+            pads = lo + [t - l_ for t, l_ in zip(tot, lo)]
+        else:
+            pads = [int(v) for v in a.get('pads', [0] * 6)] if ap != 'VALID' else [0] * 6
+        out = [(n + pads[j] + pads[j + 3] - (k[j] - 1) * dl[j] - 1) // st[j] + 1
+               for j, n in enumerate(n3)]
+        self.shape[node.output[0]] = [N, O] + out
+        x = self.tensor(ins[0] + '/ndhwc', [N, D, H, W, C])
+        self.emit('TRANSPOSE', [self.get(ins[0], 'plain'),
+                                self.perm_const(ins[0], (0, 2, 3, 4, 1))], [x])
+        steps = [('T', (2, 3, 4, 1, 0))]
+        wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
+                               ins[1] if ins[1] in self.inits else None, steps)
+        bk = -1
+        if len(ins) > 2 and ins[2]:
+            bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
+                                   ins[2] if ins[2] in self.inits else None)
+        y = self.tensor(node.output[0] + '/ndhwc', [N] + out + [O])
+        op = self.emit('CONV_3D', [x, wk, bk], [y], padding='VALID', stride_d=st[0],
+                       stride_h=st[1], stride_w=st[2], dilation_d_factor=dl[0],
+                       dilation_h_factor=dl[1], dilation_w_factor=dl[2],
+                       fused_activation_function='NONE')
+        op.pads3d = pads
+        self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
+                  [self.out(node.output[0], 'plain')])
+
     def op_Conv(self, node, ins, a, i):
+        if ins[1] in self.const and np.ndim(self.const[ins[1]]) == 5 and \
+                len(self.oshape(ins[0])) == 5:
+            return self._conv3d(node, ins, a)
         Wt, pre, a, r = self._conv_weight(ins, a, 'convolutions')
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
@@ -2016,17 +2227,34 @@ class _Reader(RecurrentOps):
             any(v in self.nhwc for v in vs) else 'plain'
 
     def op_Concat(self, node, ins, a, i):
+        """CONCATENATION of the activations and constants (a CoordConv's coordinate
+        channels, a fixed token: laid out as the activations, frozen) in the layout the
+        activations share."""
         vs = [v for v in ins if v]
-        if any(v in self.const for v in vs):
-            self.err('concatenating constants with activations is not supported')
-        lay = self._layout_for(vs)
-        r = len(self.oshape(vs[0]))
+        acts = [v for v in vs if v not in self.const]
+        lay = self._layout_for(acts)
+        r = len(self.oshape(acts[0]))
+
+        def shape(v):
+            return list(self.oshape(v)) if v not in self.const else list(np.shape(self.const[v]))
+        if any(len(shape(v)) != r for v in vs):
+            self.err(f'operands of shapes {[shape(v) for v in vs]}: a Concat of one rank')
         axis = int(a['axis']) % r
         if lay == 'nhwc':
             axis = _pos(r)[axis]
-        xs = [self.get(v, lay) for v in vs]
-        oshape = list(self.oshape(vs[0]))
-        oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
+        xs = []
+        for v in vs:
+            if v not in self.const:
+                xs.append(self.get(v, lay))
+                continue
+            c = np.asarray(self.const[v])
+            steps = [('R', list(c.shape), _to4(c.shape)), ('T', NCHW_TO_NHWC)] \
+                if lay == 'nhwc' else []
+            xs.append(self.const_tensor(v, apply_steps(c, steps), v if v in self.inits else None,
+                                        steps))
+            self.tensors[xs[-1]].frozen = True
+        oshape = shape(acts[0])
+        oshape[int(a['axis']) % r] = sum(shape(v)[int(a['axis']) % r] for v in vs)
         self.emit('CONCATENATION', xs, [self.out(node.output[0], lay, oshape)], axis=axis,
                   fused_activation_function='NONE')
 
@@ -2284,10 +2512,25 @@ class _Reader(RecurrentOps):
     def op_Upsample(self, node, ins, a, i):
         self.op_Resize(node, ins, a, i)
 
+    def op_DepthToSpace(self, node, ins, a, i):
+        """DEPTH_TO_SPACE of the NHWC map (mode DCR as TFLite's; CRD, torch's
+        PixelShuffle: Operator.crd), spelled by prepare (spellings.depth_to_space)."""
+        N, C, H, W = self.oshape(ins[0])
+        b = int(a.get('blocksize', 0))
+        if len(self.oshape(ins[0])) != 4 or b < 1 or C % (b * b):
+            self.err(f'blocksize {b} for an input of shape {self.oshape(ins[0])}')
+        op = self.emit('DEPTH_TO_SPACE', [self.get(ins[0], 'nhwc')],
+                       [self.out(node.output[0], 'nhwc', [N, C // (b * b), H * b, W * b])],
+                       block_size=b)
+        op.crd = a.get('mode', 'DCR') == 'CRD'
+
     def op_Pad(self, node, ins, a, i):
+        """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect; mode
+        edge: the border row repeated, Operator.edge), the last two spelled by prepare
+        (spellings.pads_to_concat); negative pads crop first (a STRIDED_SLICE)."""
         mode = a.get('mode', 'constant')
-        if mode != 'constant':
-            self.err(f'mode {mode}: utrain pads with zeros')
+        if mode not in ('constant', 'reflect', 'edge'):
+            self.err(f'mode {mode}: utrain pads with a constant, reflects or repeats the edge')
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
@@ -2295,23 +2538,41 @@ class _Reader(RecurrentOps):
             else list(a.get('pads'))
         value = float(np.asarray(self.const[ins[2]]).reshape(-1)[0]) \
             if len(ins) > 2 and ins[2] else float(a.get('value', 0.0))
-        if value != 0:
-            self.err(f'pad value {value}: utrain pads with zeros')
         axes = [int(x) % r for x in self.cval(ins[3], 'axes')] if len(ins) > 3 and ins[3] \
             else list(range(r))
         pp = [[0, 0] for _ in range(r)]
         for j, d in enumerate(axes):
             pp[d] = [pads[j], pads[j + len(axes)]]
-        if min(min(p) for p in pp) < 0:
-            self.err('negative pads (crops) are not supported')
-        out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        if min(min(p) for p in pp) < 0:         # (a crop: F.pad with negative pads)
+            cut = [n + min(p[0], 0) + min(p[1], 0) for n, p in zip(s, pp)]
+            if min(cut) < 1:
+                self.err(f'pads {pads} crop all of shape {s}')
+            begin, end = [-min(p[0], 0) for p in pp], [n + min(p[1], 0) for n, p in zip(s, pp)]
+            shape = cut
+            if lay == 'nhwc':
+                begin, end, shape = _twin_list(begin, 0), _twin_list(end, 1), _nhwc_shape(cut)
+            c = node.output[0] + '/crop'
+            ks = [self.tensor(c + n, [len(q)], np.array(q, np.int32)) for n, q in (
+                ('/begin', begin), ('/end', end), ('/strides', [1] * len(begin)))]
+            y = self.tensor(c, shape)
+            self.emit('STRIDED_SLICE', [x] + ks, [y])
+            x, s, pp = y, cut, [[max(p[0], 0), max(p[1], 0)] for p in pp]
+        out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
         if lay == 'nhwc':
             pp = _twin_list(pp, [0, 0])
-        x = self.get(v, lay)
         pk = self.tensor(node.output[0] + '/paddings', [len(pp), 2], np.array(pp, np.int32))
-        self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
-
+        y = self.out(node.output[0], lay, out_shape)
+        if mode != 'constant':
+            op = self.emit('MIRROR_PAD', [x, pk], [y], mode='REFLECT')
+            op.edge = mode == 'edge'
+        elif value != 0:
+            k = self.tensor(node.output[0] + '/value', [], np.array(value, np.float32))
+            self.tensors[k].frozen = True
+            self.emit('PADV2', [x, pk, k], [y])
+        else:
+            self.emit('PAD', [x, pk], [y])
 
 def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
     t, l, b, r = pads
@@ -2453,6 +2714,7 @@ def load(path):
         raise ModelError(path, ('file is empty' if not os.path.getsize(path) else
                                 'not a valid ONNX model (no graph nodes)') + AGAIN)
     _check_defined(path, model)
+    qops = _qoperator_to_qdq(model.graph)
     inits = {t.name for t in model.graph.initializer}
     n = fixed_batch(model)
     for vi in model.graph.input:          # a symbolic batch dimension is 1
@@ -2481,6 +2743,8 @@ def load(path):
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
         raise ModelError(path, f'ONNX shape inference failed: {e}') from None
+    if qops:        # (_Reader: prepare says the model trains dequantized)
+        inferred.metadata_props.add(key=_QOP_KEY, value=str(qops))
     return model, inferred
 
 
@@ -2588,6 +2852,31 @@ def read_onnx(path) -> Graph:
 
 # --------------------------------------------------------------------------- export
 
+def _taps_back(trained, start, origin, vals) -> None:
+    """The depth taps of a 3-D convolution's weight W [kd, kh, kw, C, O] that
+    spellings.conv3d_to_conv2d made ('W/tap{i}', [O, kh, kw, C]) put back into W in
+    trained (the untrained ones as the file has them; a tap that is not the file's W[i]
+    at the start: ModelError, as export_onnx's check)."""
+    taps = {}
+    for name in list(trained):
+        m = re.fullmatch(r'(.+)/tap(\d+)', name)
+        if m and m.group(1) not in trained and (origin.get(m.group(1)) or ('',))[0] == 'plain':
+            taps.setdefault(m.group(1), {})[int(m.group(2))] = trained.pop(name)
+    for w, got in taps.items():
+        _, init, steps = origin[w]
+        full = apply_steps(vals[init], steps)
+        for i, v in got.items():
+            t0 = start.get(f'{w}/tap{i}')
+            if t0 is not None and not np.allclose(t0, full[i].transpose(3, 0, 1, 2),
+                                                  rtol=1e-5, atol=1e-6):
+                raise ModelError(w, f'tap {i} of the prepared model is not what the ONNX '
+                                 'reader makes of its initializer; export cannot write it back')
+            full[i] = np.asarray(v, np.float64).reshape(t0.shape if t0 is not None else
+                                                        full[i].transpose(3, 0, 1, 2).shape
+                                                        ).transpose(1, 2, 3, 0)
+        trained[w] = full
+
+
 def export_onnx(model_path, base, weights: dict, out_path) -> dict:
     """Write out_path: model_path with the initializers that the trained IR tensors
     (weights {tensor index of base: array}, base: the graph the .wof indexes) came from
@@ -2613,6 +2902,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
                              'what the ONNX reader makes of its initializer (prepare '
                              'rewrote it); export cannot write it back')
 
+    _taps_back(trained, start, origin, vals)
     bn_done = set()
     attrs = {}      # (node number, attribute) -> its new values (a scikit-learn linear model's)
     for name, w in trained.items():

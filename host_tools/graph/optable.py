@@ -1082,7 +1082,7 @@ SPECS.update({s.name: s for s in [
 
 
 # ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),
-# RSQRT/SQRT/EXP/LOG/GELU (op_math.py).
+# RSQRT/SQRT/EXP/LOG/GELU/ROUND/FLOOR/CEIL/SIGN (op_math.py).
 
 def _split_options(op, g):
     """[cols, outer, inner, b0 .. bn] (micro/utrain/op_split.py): the split axis' part
@@ -1132,6 +1132,11 @@ SPECS.update({s.name: s for s in [
     # backward's live arrays under numpy are 8.  One figure per op: the tanh form is
     # planned as the exact one (issue 28's sweep: the LayerNorm block 0.95-0.99x)
     OpSpec('GELU', {}, _gelu_options, _in, fwd=(10, 0), bwd=(8, 1)),
+] + [
+    # steps (torch.round through tico, tf.math.floor): no gradient, as torch gives them
+    # (dy/dx = 0 wherever it exists); no data input, so no backward runs
+    OpSpec(name, {}, _none, _none, data_inputs=(), fwd=(1, 0), bwd=(0, 0))
+    for name in ('ROUND', 'FLOOR', 'CEIL', 'SIGN')
 ]})
 
 

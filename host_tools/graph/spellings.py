@@ -516,6 +516,34 @@ def selects_to_relu(g: Graph) -> int:
     return done
 
 
+def _pow_steps(g: Graph, x: int, e: float, name: str) -> list:
+    """spell()'s steps of POW(x, e), e a nonzero constant: SQRT (0.5), RSQRT (-0.5); a
+    whole e as MULs (x*x, then square and multiply by x along e's bits: x**3 of a
+    PyTorch GELU's tanh form, a cube law), DIV(1, x**|e|) where e < 0; any other e as
+    EXP(e * LOG(x)), which is x**e where x > 0 (elsewhere pow is NaN or infinite for a
+    fractional e too).  Each step's gradient the chain rule's; the constants frozen."""
+    def const(tag, v):
+        k = new_tensor(g, f'{name}/{tag}', [], np.array(v, np.float32))
+        g.tensors[k].frozen = True
+        return k
+    if e in (0.5, -0.5):
+        return [('SQRT' if e > 0 else 'RSQRT', [x], {}, None)]
+    n = abs(e)
+    if n != int(n) or n > 1024:
+        return [('LOG', [x], {}, None), ('MUL', ['prev', const('exponent', e)], NO_ACTIVATION, None),
+                ('EXP', ['prev'], {}, None)]
+    steps, cur = [], x
+    for bit in bin(int(n))[3:]:
+        steps.append(('MUL', [cur, cur], NO_ACTIVATION, None))
+        cur = f'@{len(steps) - 1}'
+        if bit == '1':
+            steps.append(('MUL', [cur, x], NO_ACTIVATION, None))
+            cur = f'@{len(steps) - 1}'
+    if e < 0:
+        steps.append(('DIV', [const('one', 1.0), cur], NO_ACTIVATION, None))
+    return steps or [('MUL', [x, const('one', 1.0)], NO_ACTIVATION, None)]
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -526,21 +554,19 @@ def elementwise_forms(g: Graph) -> int:
     MUL's constant, which trains where it has more than one value, as Keras's PReLU
     learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
-    over them; POW(x, 2) -> MUL(x, x), POW(x, 0.5) -> SQRT(x) (tf.pow, x ** 2 of a
-    PyTorch export; other exponents stay POW, which neither path runs).  Float tensors
-    only.  Returns how many."""
+    over them; POW(x, e) of a constant e (tf.pow, x ** e of a PyTorch export) -> MULs
+    for a whole e (a DIV of 1 by them for a negative one), SQRT / RSQRT for +-0.5,
+    EXP(e * LOG(x)) for any other (_pow_steps).  Float tensors only.  Returns how many."""
     done = 0
     one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
         if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
                 not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
-                float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) in (2.0, 0.5) and \
                 np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
-            sq = float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) == 2.0
-            op.name = 'MUL' if sq else 'SQRT'
-            op.code, op.options = OP_CODES[op.name], dict(NO_ACTIVATION) if sq else {}
-            op.inputs = [op.inputs[0]] * 2 if sq else [op.inputs[0]]
-            done += 1
+            e = float(g.tensors[op.inputs[1]].data.reshape(-1)[0])
+            if e != 0.0 and np.isfinite(e):
+                spell(g, op, _pow_steps(g, op.inputs[0], e, g.tensors[op.outputs[0]].name))
+                done += 1
             continue
         if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
                 len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
@@ -831,6 +857,125 @@ def dilated_convs(g: Graph) -> int:
     return done
 
 
+def pads_to_concat(g: Graph) -> int:
+    """A float PADV2 (PAD with a constant value c: F.pad(x, value=c), tf.pad's
+    constant_values) -> SUB c, PAD (zeros), ADD c (c frozen); a MIRROR_PAD (REFLECT:
+    ReflectionPad, ONNX Pad mode reflect; SYMMETRIC; ONNX's mode edge, Operator.edge:
+    the border row repeated) -> per padded axis a CONCATENATION of the mirrored rows (a STRIDED_SLICE of one row each, in order) and
+    the input: each output copies an input row, its gradient summed into it.  Returns
+    how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('PADV2', 'MIRROR_PAD') or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        pp = np.asarray(g.tensors[op.inputs[1]].data, np.int64).reshape(-1, 2)
+        name = g.tensors[y].name
+        if op.name == 'PADV2':
+            c = g.tensors[op.inputs[2]].data if len(op.inputs) > 2 and \
+                is_const(g, op.inputs[2]) else None
+            if c is None or np.size(c) != 1:
+                continue
+            c = float(np.asarray(c).reshape(-1)[0])
+            if c == 0.0:
+                op.name, op.code, op.inputs = 'PAD', OP_CODES['PAD'], op.inputs[:2]
+            else:
+                k = new_tensor(g, f'{name}/value', [], np.array(c, np.float32))
+                g.tensors[k].frozen = True
+                spell(g, op, [('SUB', [x, k], NO_ACTIVATION, list(g.tensors[x].shape)),
+                              ('PAD', ['prev', op.inputs[1]], {}, None),
+                              ('ADD', ['prev', k], NO_ACTIVATION, None)], own=1)
+            done += 1
+            continue
+        shape = list(g.tensors[x].shape)
+        edge = getattr(op, 'edge', False)       # (ONNX Pad mode edge: the border row)
+        off = 0 if op.options.get('mode') in ('SYMMETRIC', 1) else 1
+        if pp.shape[0] != len(shape) or pp.min() < 0 or not edge and \
+                any(p0 + off > n or p1 + off > n for (p0, p1), n in zip(pp, shape)):
+            continue            # (TFLite refuses pads past the mirrored rows too)
+        made, cur = [], x
+        axes = [a for a in range(len(shape)) if pp[a].any()]
+        for j, a in enumerate(axes):
+            n = shape[a]
+            rows = [0 if edge else p - 1 + off for p in range(pp[a][0], 0, -1)] + [None] + \
+                [n - 1 if edge else n - off - p for p in range(1, pp[a][1] + 1)]
+            parts = []
+            for r in rows:
+                if r is None:
+                    parts.append(cur)
+                    continue
+                b, e = [0] * len(shape), list(shape)
+                b[a], e[a] = r, r + 1
+                parts.append(new_tensor(g, f'{name}/axis{a}_row{r}_{len(parts)}',
+                                        shape[:a] + [1] + shape[a + 1:], like=y))
+                made.append(slice_op(g, cur, parts[-1], f'{name}/axis{a}_row{r}_{len(parts)}',
+                                     b, e, [1] * len(shape), op.src))
+            shape[a] += int(pp[a].sum())
+            out = y if j == len(axes) - 1 else new_tensor(g, f'{name}/axis{a}', list(shape), like=y)
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [out],
+                                 {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+            cur = out
+        if not made:
+            continue
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def depth_to_space(g: Graph) -> int:
+    """A float DEPTH_TO_SPACE of block b (tf.nn.depth_to_space: a super-resolution
+    model's pixel shuffle) [1, H, W, b*b*C] -> [1, H*b, W*b, C]: output row h*b + i,
+    column w*b + j, channel c is input (h, w) channel (i*b + j)*C + c, so the channels
+    of row offset i are one run of b*C, which a RESHAPE [1, H, W*b, C] lays out along
+    the row: per i a STRIDED_SLICE of that run and a RESHAPE, their CONCATENATION along
+    W (each row's b rows side by side) RESHAPEd to [1, H*b, W*b, C].  Copies only: the
+    gradient of each output goes to the input it copies.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'DEPTH_TO_SPACE' or len(op.inputs) != 1 or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        b = int(op.options.get('block_size', 0) or 0)
+        X = list(g.tensors[x].shape)
+        if len(X) != 4 or X[0] != 1 or b < 1 or X[3] % (b * b):
+            continue
+        _, H, W, D = X
+        C = D // (b * b)
+        if list(g.tensors[y].shape) != [1, H * b, W * b, C]:
+            continue
+        name, made, rows = g.tensors[y].name, [], []
+        for i in range(b):
+            part = new_tensor(g, f'{name}/row{i}', [1, H, W, b * C], like=y)
+            if getattr(op, 'crd', False):
+                # (ONNX's mode CRD, torch's PixelShuffle: channel c*b*b + i*b + j, so
+                # offset (i, j)'s channels are every b*b-th: joined j by j as DCR has them)
+                cols = [new_tensor(g, f'{name}/row{i}_col{j}', [1, H, W, C], like=y)
+                        for j in range(b)]
+                made += [slice_op(g, x, cols[j], f'{name}/row{i}_col{j}', [0, 0, 0, i * b + j],
+                                  [1, H, W, D], [1, 1, 1, b * b], op.src) for j in range(b)]
+                made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', cols,
+                                     [part], {'axis': 3, 'fused_activation_function': 'NONE'},
+                                     src=op.src))
+            else:
+                made.append(slice_op(g, x, part, f'{name}/row{i}', [0, 0, 0, i * b * C],
+                                     [1, H, W, (i + 1) * b * C], [1, 1, 1, 1], op.src))
+            rows.append(new_tensor(g, f'{name}/row{i}_wide', [1, H, W * b, C], like=y))
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [part], [rows[-1]], {},
+                                 src=op.src))
+            make_reshape(g, made[-1], [1, H, W * b, C])
+        joined = new_tensor(g, f'{name}/rows', [1, H, b * W * b, C], like=y)
+        made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', rows, [joined],
+                             {'axis': 2, 'fused_activation_function': 'NONE'}, src=op.src))
+        made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))
+        make_reshape(g, made[-1], [1, H * b, W * b, C])
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
 def conv3d_to_conv2d(g: Graph) -> int:
     """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
     output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as
@@ -853,7 +998,12 @@ def conv3d_to_conv2d(g: Graph) -> int:
         sd, sh, sw = (int(o.get(f'stride_{a}', 1) or 1) for a in 'dhw')
         dd, dh, dw = (int(o.get(f'dilation_{a}_factor', 1) or 1) for a in 'dhw')
         same = o.get('padding') == 'SAME'
-        if same:
+        pads = getattr(op, 'pads3d', None)      # (ONNX's: begin d, h, w, end d, h, w)
+        if pads is not None:
+            fd, ph0, pw0, ed, ph1, pw1 = pads
+            Do, Ho, Wo = ((n + p0 + p1 - (k - 1) * dl - 1) // s + 1 for n, k, s, dl, p0, p1 in (
+                (D, kd, sd, dd, fd, ed), (H, kh, sh, dh, ph0, ph1), (W, kw, sw, dw, pw0, pw1)))
+        elif same:
             (fd, _, Do), (ph0, ph1, Ho), (pw0, pw1, Wo) = (
                 same_pads(D, kd, sd, dd), same_pads(H, kh, sh, dh), same_pads(W, kw, sw, dw))
         else:
@@ -873,7 +1023,8 @@ def conv3d_to_conv2d(g: Graph) -> int:
             return out
         x4 = step('RESHAPE', [x], [1, D * H, W, C])
         make_reshape(g, made[-1], [1, D * H, W, C])
-        taps = [new_tensor(g, f'{name}/tap{i}', [O, kh, kw, C],
+        # (named after the weight: export maps a tap back into it, export_onnx)
+        taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/tap{i}', [O, kh, kw, C],
                            np.ascontiguousarray(Wt[i].transpose(3, 0, 1, 2)))
                 for i in range(kd)]
         frames, outs, first = {}, [], None

@@ -363,7 +363,11 @@ def cancel_transposes(g: Graph) -> int:
                     remove_op(g, t)
                 elif not done and len(cs) == 1 and b not in g.outputs:
                     c = cs[0]
-                    done = _fold_into_fc(g, t, p) or _sink_through(g, t, c, p) or \
+                    # (an ONNX graph's weight keeps its initializer's values, which
+                    # export finds it by: the reader permutes the columns itself where
+                    # it can, a 3-D convolution's flattened output stays a TRANSPOSE)
+                    done = (not _onnx(g) and _fold_into_fc(g, t, p)) or \
+                        _sink_through(g, t, c, p) or \
                         _hoist_binary(g, c, p) or (not _onnx(g) and (
                             _sink_through_reshape(g, t, c, p) or _hoist_concat(g, c, p)))
                 elif not done and len(cs) > 1 and not _onnx(g):

@@ -476,14 +476,21 @@ def dropped_outputs(model_path, g) -> list:
         f'(1 - p, p) of the sigmoid before it: utrain trains p, the probability of class 1 '
         f'(bce on class numbers 0 and 1); the exported model keeps both'
         for n in [getattr(g, 'two_class', None)] if n is not None] + [
-        f'{model_path}: a QDQ model (onnxruntime quantize_static\'s default format): it trains '
-        f'dequantized, in float32: its {w} integer weights as their float values, its {q} '
-        'QuantizeLinear / DequantizeLinear pairs of activations left out (a pair clamping at '
-        '0 read as the ReLU the quantizer fused; the forward differs from ONNX Runtime\'s by '
-        'their rounding); export writes the weights back at the file\'s '
-        'scales, rounded (a change under half a step is lost: export the float model instead '
-        'where you have it, and quantize it again)'
-        for q, w in [getattr(g, 'onnx_qdq', None) or (0, 0)] if q or w]
+        f'{model_path}: ' + (
+            f'a QOperator model (onnxruntime quantize_static(quant_format=QOperator): its '
+            f'{qop} integer ops, QLinearConv, QGemm, QLinearAdd..., read as the float op '
+            'between its operands\' DequantizeLinear and its output\'s QuantizeLinear, as '
+            'the QDQ format writes them)' if qop else
+            'a QDQ model (onnxruntime quantize_static\'s default format)') +
+        f': it trains dequantized, in float32: its {w} integer weights as their float '
+        f'values, its {q} QuantizeLinear / DequantizeLinear pairs of activations left out (a '
+        'pair clamping at 0 read as the ReLU the quantizer fused; the forward differs from '
+        'ONNX Runtime\'s by their rounding); export writes the weights back at the file\'s '
+        'scales, rounded' + (' (the int8 weights and int32 biases of the QOperator ops)'
+                             if qop else '') + ' (a change under half a step is lost: '
+        'export the float model instead where you have it, and quantize it again)'
+        for q, w in [getattr(g, 'onnx_qdq', None) or (0, 0)] if q or w
+        for qop in [getattr(g, 'onnx_qop', 0)]]
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,

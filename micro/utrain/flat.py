@@ -44,6 +44,10 @@ _RSQRT = const(76)
 _EXP = const(47)
 _LOG = const(73)
 _GELU = const(150)
+_ROUND = const(116)
+_FLOOR = const(8)
+_CEIL = const(104)
+_SIGN = const(158)
 _BATCH_MATMUL = const(126)
 _TRANSPOSE_CONV = const(67)
 _GATHER = const(36)
@@ -93,7 +97,8 @@ KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _
            _STRIDED_SLICE: 'op_shape', _CONV_2D: 'op_conv', _DEPTHWISE_CONV_2D: 'op_conv',
            _AVERAGE_POOL_2D: 'op_pool', _MAX_POOL_2D: 'op_pool', _MEAN: 'op_pool',
            _SPLIT: 'op_split', _SPLIT_V: 'op_split', _SQRT: 'op_math', _RSQRT: 'op_math',
-           _GELU: 'op_math', _EXP: 'op_math', _LOG: 'op_math', _BATCH_MATMUL: 'op_bmm',
+           _GELU: 'op_math', _ROUND: 'op_math', _FLOOR: 'op_math', _CEIL: 'op_math',
+           _SIGN: 'op_math', _EXP: 'op_math', _LOG: 'op_math', _BATCH_MATMUL: 'op_bmm',
            _TRANSPOSE_CONV: 'op_tconv', _GATHER: 'op_emb', _RESIZE_BILINEAR: 'op_rsz',
            _RESIZE_NEAREST_NEIGHBOR: 'op_rsz', _LESS: 'op_elem', _GREATER: 'op_elem',
            _GREATER_EQUAL: 'op_elem', _LESS_EQUAL: 'op_elem', _EQUAL: 'op_elem',

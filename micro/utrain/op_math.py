@@ -14,10 +14,16 @@
 # P a quintic (Abramowitz-Stegun 7.1.26: |error of erf| < 1.5e-7, below float32's
 # resolution of Phi near 1).  The gradient differentiates that same function (Phi' =
 # -q'(z) / sqrt 2 on both sides), so it matches finite differences of the forward.
+# ROUND (116) y = round(x), half to even (TFLite's, torch.round)   no gradient
+# FLOOR   (8) y = floor(x)          CEIL (104) y = ceil(x)          no gradient
+# SIGN  (158) y = -1, 0 or 1 (NaN: 0)                                 no gradient
+#            (steps: dy/dx = 0, as torch has it; the host lists no data input, so no
+#            backward runs); element by element (the array subset has no rounding)
 # EXP, LOG, SQRT and RSQRT give 0 where dy is 0 (op_act.keep0): a select's untaken side
 # (tico's Softplus beyond its threshold: EXP overflows past 88) has dy = 0 where their
 # factor is inf or NaN.  Temporaries: a few arrays of x's size.
-from utrain.xnp import np, const
+from math import ceil, floor
+from utrain.xnp import np, const, zeros
 from utrain.op_act import keep0
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _SQRT = const(75)
@@ -25,7 +31,12 @@ _RSQRT = const(76)
 _EXP = const(47)
 _LOG = const(73)
 _GELU = const(150)
+_ROUND = const(116)
+_FLOOR = const(8)
+_CEIL = const(104)
+_SIGN = const(158)
 _APPROX = const(0)
+_WHOLE = 4503599627370496.0       # 2^52: every float this large is a whole number
 
 _P = 0.3275911
 _A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -64,10 +75,24 @@ def gelu_grad(x, approx):
     return np.where(x >= 0.0, 1.0 - q, q) + x * d
 
 
+def _each(x, code):
+    f = round if code == _ROUND else (floor if code == _FLOOR else ceil)
+    y = zeros(x.shape)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            y[i, j] = f(v) if -_WHOLE < v < _WHOLE else v      # (inf, NaN: as they are)
+    return y
+
+
 def forward(rt, op):
     code, ins, outs, o = op
     x = rt.t[ins[0]]
-    if code == _RSQRT:
+    if code == _ROUND or code == _FLOOR or code == _CEIL:
+        y = _each(x, code)
+    elif code == _SIGN:
+        y = np.where(x > 0.0, 1.0, np.where(x < 0.0, -1.0, 0.0))
+    elif code == _RSQRT:
         y = 1.0 / np.sqrt(x)
     elif code == _SQRT:
         y = np.sqrt(x)

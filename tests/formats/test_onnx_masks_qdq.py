@@ -60,36 +60,47 @@ def _trainer(path, out, **kw):
     return new_trainer(out / 'model.flat', out / 'weights.wof')
 
 
-def test_masks_and_min_forward_is_onnx_runtimes_and_gradients_autograds(tmp_path):
+def _agrees(net, src, out, x, dy, atol=1e-6):
+    """utrain's forward of x (a torch tensor) on the prepared src (folder out) is ONNX
+    Runtime's, and its gradients for dy PyTorch autograd's: every trainable tensor one of
+    net's parameters (matched by size)."""
     ort = pytest.importorskip('onnxruntime')
-    import onnx
-    torch.manual_seed(0)
-    net = Masks()
-    src = _onnx(net, tmp_path / 'm.onnx', (1, 5, 4))
-    ops = {n.op_type for n in onnx.load(src).graph.node}
-    assert {'Equal', 'Not', 'Where', 'Greater', 'LessOrEqual', 'ReduceMin'} <= ops, ops
-    tr = _trainer(src, tmp_path / 'run')
-    from utrain.sink import Sums
+    tr = _trainer(src, out)
+    from utrain.sink import Sums        # (on the path once _trainer imported test_parity)
     tr.net.sink = Sums(tr.net)
     sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
-    x = torch.tensor(np.random.default_rng(2).normal(size=(1, 5, 4)).astype(F32))
-    h = net.a(x)
-    assert (h == h.amin(1, keepdim=True)).sum() and (h > 0.3).any() and (h <= -0.2).any()
-    tr.set_input(x.numpy())
+    import json
+    with open(out / 'prepare.json') as f:      # (an NCHW input read as NHWC: input_perm)
+        perm = json.load(f).get('input_perm')
+    tr.set_input(x.numpy().transpose(perm) if perm else x.numpy())
     tr.net.forward(True)
     y = np.array(tr.net.output(), np.float64).ravel()
     np.testing.assert_allclose(y, sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
-                               .ravel(), rtol=1e-5, atol=1e-6)
-    dy = np.array([[0.5, -1.0, 2.0]], F32)
+                               .ravel(), rtol=1e-5, atol=max(atol, 1e-6))
     tr.net.backward(dy)
     (net(x) * torch.tensor(dy)).sum().backward()
     params = list(net.parameters())
     assert len(tr.net.trainable) == len(params)
     for k in tr.net.trainable:
         g = np.asarray(tr.net.sink.acc[k]).ravel()
-        want = [p for p in params if p.numel() == g.size]
-        assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=1e-6)
-                   for p in want), (k, g, [p.grad for p in want])
+        # (a Conv2d weight as utrain lays it out: [O, kh, kw, C])
+        assert any(np.allclose(g, (p.grad.permute(0, 2, 3, 1) if p.dim() == 4 else p.grad)
+                               .numpy().ravel(), rtol=1e-4, atol=atol)
+                   for p in params if p.numel() == g.size), (k, g)
+
+
+def test_masks_and_min_forward_is_onnx_runtimes_and_gradients_autograds(tmp_path):
+    pytest.importorskip('onnxruntime')
+    import onnx
+    torch.manual_seed(0)
+    net = Masks()
+    src = _onnx(net, tmp_path / 'm.onnx', (1, 5, 4))
+    ops = {n.op_type for n in onnx.load(src).graph.node}
+    assert {'Equal', 'Not', 'Where', 'Greater', 'LessOrEqual', 'ReduceMin'} <= ops, ops
+    x = torch.tensor(np.random.default_rng(2).normal(size=(1, 5, 4)).astype(F32))
+    h = net.a(x)
+    assert (h == h.amin(1, keepdim=True)).sum() and (h > 0.3).any() and (h <= -0.2).any()
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
 
 
 def test_qdq_model_trains_dequantized_and_exports_at_its_scales(tmp_path):
@@ -168,15 +179,68 @@ def test_evaluate_of_several_onnx_inputs_without_onnx_runtime(tmp_path, monkeypa
     assert got['hits'] == ref['hits'] and abs(got['loss'] - ref['loss']) < 1e-5, (got, ref)
 
 
-def test_a_conv3d_is_refused_saying_what_to_export(tmp_path):
-    from host_tools.formats.onnx_io import read_onnx
-    from host_tools.formats.ir import ModelError
-    net = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Flatten())
-    src = _onnx(net, tmp_path / 'c.onnx', (1, 1, 4, 5, 5))
-    with pytest.raises(ModelError) as e:
-        read_onnx(src)
-    assert '(3-D convolutions)' in str(e.value) and 'frames stacked' in str(e.value), \
-        str(e.value)
+@pytest.mark.parametrize('k, stride, pad', [(3, 1, 1), ((2, 3, 2), (2, 1, 2), (1, 0, 1)),
+                                             (2, 1, 0)])
+def test_a_conv3d_trains_as_conv2ds_and_exports_into_its_weight(tmp_path, k, stride, pad):
+    """nn.Conv3d through torch.onnx (a Conv of three spatial dimensions) had been refused
+    ('utrain runs 1-D and 2-D convolutions').  The reader writes TFLite's CONV_3D between
+    TRANSPOSEs (ONNX's pads kept), which prepare spells as Keras Conv3D's are
+    (spellings.conv3d_to_conv2d: a CONV_2D per output frame and depth tap): utrain's
+    forward is ONNX Runtime's, each depth tap's gradient PyTorch autograd's of that slice
+    of the weight, and export puts the taps back into the Conv's weight (ONNX Runtime
+    runs the exported file as utrain runs the trained weights)."""
+    ort = pytest.importorskip('onnxruntime')
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import export
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    torch.manual_seed(0)
+    shape = (1, 2, 4, 5, 5)
+    conv = nn.Conv3d(2, 3, k, stride=stride, padding=pad)
+    n = conv(torch.zeros(shape)).numel()
+    net = nn.Sequential(conv, nn.ReLU(), nn.Flatten(), nn.Linear(n, 2)).eval()
+    src = _onnx(net, tmp_path / 'c.onnx', shape, names=['x'])
+    rng = np.random.default_rng(1)
+    xs = rng.normal(size=(6,) + shape[1:]).astype(F32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.normal(size=(6, 2)).astype(F32))
+    out = tmp_path / 'run'
+    tr = _trainer(src, out, data=os.fspath(tmp_path / 'd.npz'), epochs=1, backend='fallback')
+    names = {t.index: t.name for t in read_model(os.fspath(out / 'rewritten.circle')).tensors}
+    assert 'CONV_3D' not in {o.name for o in read_model(os.fspath(out / 'rewritten.circle')).ops}
+    tr.net.sink = Sums(tr.net)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    x = xs[:1]
+    tr.set_input(x.transpose(0, 2, 3, 4, 1))    # (prepare.json's input_perm: NDHWC)
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, sess.run(None, {'x': x})[0].ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.7, -1.3]], F32)
+    tr.net.backward(dy)
+    (net(torch.tensor(x)) * torch.tensor(dy)).sum().backward()
+    want = {'0.bias': conv.bias.grad.numpy(), '3.weight': net[3].weight.grad.numpy(),
+            '3.bias': net[3].bias.grad.numpy()}
+    want.update({f'0.weight/tap{i}': conv.weight.grad[:, :, i].numpy().transpose(0, 2, 3, 1)
+                 for i in range(conv.weight.shape[2])})
+    seen = set()
+    for t in tr.net.trainable:
+        got = np.asarray(tr.net.sink.acc[t], np.float64).ravel()
+        if names[t] in want:
+            np.testing.assert_allclose(got, want[names[t]].ravel(), rtol=1e-4, atol=1e-6,
+                                       err_msg=names[t])
+            seen.add(names[t])
+    taps = {n for n in seen if '/tap' in n}
+    assert seen - taps == {'0.bias', '3.weight', '3.bias'} and taps, seen
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'e.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    trained = new_trainer(out / 'model.flat', out / 'trained.wof')
+    trained.set_input(x.transpose(0, 2, 3, 4, 1))
+    trained.net.forward(False)
+    np.testing.assert_allclose(
+        ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': x})[0]
+        .ravel(), np.array(trained.net.output(), np.float64).ravel(), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(sess.run(None, {'x': x})[0], np.array(trained.net.output()))
 
 
 def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
@@ -205,3 +269,257 @@ def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
     ref = np.concatenate([sess.run(None, {'x': x[None]})[0] for x in xs])
     got = utrain_predictor(src)(xs)
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max(), (got, ref)
+
+
+class QopNet(nn.Module):
+    """Conv + ReLU, MaxPool, Flatten, Linear + ReLU, a residual Add, Sigmoid, Mul, and a
+    LeakyReLU + global average pool branch joined by cat: quantize_static's QOperator
+    format writes QLinearConv, QGemm, QLinearAdd, QLinearSigmoid, QLinearMul,
+    QLinearLeakyRelu, QLinearGlobalAveragePool and QLinearConcat for them."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.c2 = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(2, 3, 3)
+        self.a, self.b, self.o = nn.Linear(36, 6), nn.Linear(6, 6), nn.Linear(9, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.a(torch.flatten(nn.functional.max_pool2d(torch.relu(self.c(x)), 2), 1)))
+        g = torch.sigmoid(h + self.b(h)) * h
+        k = nn.functional.adaptive_avg_pool2d(nn.functional.leaky_relu(self.c2(x), 0.1), 1)
+        return self.o(torch.cat([g, k.flatten(1)], 1))
+
+
+def test_qoperator_model_trains_dequantized_and_exports_into_its_integer_ops(tmp_path):
+    """A QOperator model (quantize_static(quant_format=QOperator), per channel) had been
+    refused ('whose integer ops utrain does not run').  Its ops read as the QDQ format's
+    float op between DequantizeLinear and QuantizeLinear: prepare says it trains
+    dequantized; utrain's forward is ONNX Runtime's on the float model whose weights are
+    the QOperator file's dequantized (an int32 bias at the product of its operands'
+    scales), the gradients PyTorch autograd's of that model; one epoch of SGD, exported,
+    moves the QOperator file's int8 weights and int32 biases, which ONNX Runtime runs."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantFormat
+    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    torch.manual_seed(3)
+    net = QopNet().eval()
+    fp = _onnx(net, tmp_path / 'f.onnx', (1, 2, 6, 6), names=['x'])
+    rng = np.random.default_rng(0)
+    xs = rng.random((12, 2, 6, 6)).astype(F32)
+    src = _qdq(fp, xs, tmp_path / 'q.onnx', per_channel=True, quant_format=QuantFormat.QOperator)
+    qm = onnx.load(src)
+    have = {n.op_type for n in qm.graph.node}
+    assert {'QLinearConv', 'QGemm', 'QLinearAdd', 'QLinearSigmoid', 'QLinearMul',
+            'QLinearLeakyRelu', 'QLinearGlobalAveragePool', 'QLinearConcat', 'MaxPool'} <= have, have
+    # the float model with the QOperator file's weights, dequantized (the reference)
+    q = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in qm.graph.initializer}
+    deq = {}
+    for n in qm.graph.node:
+        if n.op_type in ('QLinearConv', 'QGemm'):
+            w, ws, wz = (q[v] for v in n.input[3:6])
+            shape = [-1] + [1] * (w.ndim - 1)
+            deq[n.input[3]] = (w - wz.reshape(shape)) * ws.reshape(shape)
+            deq[n.input[8 if n.op_type == 'QLinearConv' else 6]] = \
+                q[n.input[8 if n.op_type == 'QLinearConv' else 6]] * q[n.input[1]] * ws
+    assert len(deq) == 10
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(torch.tensor(deq[name + '_quantized'].reshape(p.shape)))
+    f = onnx.load(fp)
+    for t in f.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(deq[t.name + '_quantized'].astype(F32), t.name))
+    fs = ort.InferenceSession(f.SerializeToString(), providers=['CPUExecutionProvider'])
+
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 12))
+    said, out = [], tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+            from_logits=True, lr=0.5, epochs=1, backend='fallback',
+            log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert any('QOperator model' in s and 'dequantized' in s for s in said), said
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    x = xs[:1]
+    tr.set_input(x)
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, fs.run(None, {'x': x})[0].ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (net(torch.tensor(x)) * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        want = [p.grad.numpy() for p in params if p.numel() == g.size]
+        # (a conv weight as [O, kh, kw, C], the first Linear's columns in NHWC order)
+        assert any(np.allclose(np.sort(g), np.sort(w.ravel()), rtol=1e-4, atol=1e-6)
+                   for w in want), (k, g)
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'out.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    a = {t.name: numpy_helper.to_array(t) for t in qm.graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in onnx.load(dst).graph.initializer}
+    moved = [n for n in a if a[n].dtype in (np.int8, np.int32) and not np.array_equal(a[n], b[n])]
+    assert len(moved) == 10 and all(b[n].dtype == a[n].dtype for n in a), moved
+    assert [n.op_type for n in onnx.load(dst).graph.node] == [n.op_type for n in qm.graph.node]
+    ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': xs[:1]})
+
+
+def test_pow_of_any_constant_exponent_is_onnx_runtimes_and_autograds(tmp_path):
+    """x ** e of a constant e other than 2 and 0.5 had been refused ('utrain has x**2
+    and x**0.5 only'): h ** 3, (|h| + 0.5) ** 1.5, (h h + 1) ** -2 and (relu(h) + 1) **
+    0.25 (MULs, a DIV of 1, EXP(e LOG x): spellings._pow_steps): utrain's forward is ONNX
+    Runtime's, the gradients PyTorch autograd's."""
+    pytest.importorskip('onnxruntime')
+    import onnx
+
+    class Powers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.b(h ** 3 + (h.abs() + 0.5) ** 1.5 + (h * h + 1.0) ** -2
+                          + (torch.relu(h) + 1.0) ** 0.25)
+    torch.manual_seed(0)
+    net = Powers()
+    src = _onnx(net, tmp_path / 'p.onnx', (1, 4))
+    pows = [n for n in onnx.load(src).graph.node if n.op_type == 'Pow']
+    assert len(pows) == 4, [n.op_type for n in onnx.load(src).graph.node]
+    x = torch.tensor(np.random.default_rng(2).normal(size=(1, 4)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32), atol=1e-5)
+
+
+def test_round_floor_ceil_are_onnx_runtimes_and_pass_no_gradient(tmp_path):
+    """torch.round, torch.floor, torch.ceil and torch.sign through torch.onnx (Round,
+    Floor, Ceil, Sign)
+    had been refused as ops utrain cannot read: forward ONNX Runtime's (Round half to
+    even), gradients PyTorch autograd's (none through the steps: h trains through the
+    other terms)."""
+    pytest.importorskip('onnxruntime')
+
+    class Steps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = self.a(x) * 3.0
+            return self.b(torch.round(h) * h + torch.floor(h) - torch.ceil(h * 0.5) * 2.0 + h
+                          + torch.sign(h) * h)
+    torch.manual_seed(0)
+    net = Steps()
+    src = _onnx(net, tmp_path / 's.onnx', (1, 4))
+    import onnx
+    assert {'Round', 'Floor', 'Ceil', 'Sign'} <= {n.op_type for n in onnx.load(src).graph.node}
+    x = torch.tensor(np.random.default_rng(3).normal(size=(1, 4)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
+
+
+def test_reflect_edge_valued_and_negative_pads_are_onnx_runtimes_and_autograds(tmp_path):
+    """F.pad(mode='reflect') (ReflectionPad: ONNX Pad mode reflect, TFLite's MIRROR_PAD),
+    mode='replicate' (Pad mode edge), F.pad(value=c) of a nonzero c (PADV2) and negative
+    pads (a crop) had been refused ('utrain pads with zeros', 'negative pads (crops) are
+    not supported'): rows mirrored or repeated by slices and a concatenation, SUB c, PAD,
+    ADD c (spellings.pads_to_concat), a STRIDED_SLICE; forward ONNX Runtime's, gradients
+    PyTorch autograd's."""
+    pytest.importorskip('onnxruntime')
+    F = nn.functional
+
+    class Pads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.e = nn.Conv2d(2, 3, 3), nn.Conv2d(2, 2, 3)
+            self.o = nn.Linear(3 + 2 * 8 + 2 + 2 * 4 * 3, 3)
+
+        def forward(self, x):
+            h = self.c(F.pad(x, (2, 1, 1, 1), mode='reflect')).mean((2, 3))       # [1, 3]
+            s = F.pad(x[:, :, 0, :], (1, 2), value=0.5)                         # [1, 2, 8]
+            e = self.e(F.pad(x, (1, 1, 2, 0), mode='replicate')).mean((2, 3))   # [1, 2]
+            c = F.pad(x, (-1, -1, 0, -1))                                        # [1, 2, 4, 3]
+            return self.o(torch.cat([h, s.flatten(1), e, c.flatten(1)], 1))
+    torch.manual_seed(0)
+    net = Pads()
+    src = _onnx(net, tmp_path / 'p.onnx', (1, 2, 5, 5))
+    import onnx
+    modes = sorted(_attrs_of(n).get('mode', 'constant') for n in onnx.load(src).graph.node
+                   if n.op_type == 'Pad')
+    assert modes == ['constant', 'constant', 'edge', 'reflect'], modes
+    x = torch.tensor(np.random.default_rng(4).normal(size=(1, 2, 5, 5)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
+
+
+def _attrs_of(node):
+    from host_tools.formats.onnx_io import _attrs
+    return _attrs(node)
+
+
+def test_a_concat_with_constants_is_onnx_runtimes_and_autograds(tmp_path):
+    """torch.cat of activations with constants (CoordConv's coordinate channels on a
+    feature map, a fixed vector beside features) had been refused ('concatenating
+    constants with activations is not supported'): the constants laid out as the
+    activations, frozen; forward ONNX Runtime's, gradients PyTorch autograd's."""
+    pytest.importorskip('onnxruntime')
+
+    class Coords(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.a, self.o = nn.Conv2d(4, 3, 3), nn.Linear(3, 5), nn.Linear(7, 3)
+            yy, xx = torch.meshgrid(torch.linspace(-1, 1, 5), torch.linspace(-1, 1, 5),
+                                    indexing='ij')
+            self.register_buffer('xy', torch.stack([yy, xx])[None])
+            self.register_buffer('k', torch.tensor([[0.5, -2.0]]))
+
+        def forward(self, x):
+            h = torch.relu(self.c(torch.cat([x, self.xy], 1))).mean((2, 3))
+            return self.o(torch.cat([self.k, torch.tanh(self.a(h))], 1))
+    torch.manual_seed(0)
+    net = Coords()
+    src = _onnx(net, tmp_path / 'c.onnx', (1, 2, 5, 5))
+    x = torch.tensor(np.random.default_rng(5).normal(size=(1, 2, 5, 5)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))
+
+
+@pytest.mark.parametrize('mode', ['CRD', 'DCR'])
+def test_a_pixel_shuffle_is_onnx_runtimes_and_autograds(tmp_path, mode):
+    """nn.PixelShuffle (ONNX DepthToSpace, mode CRD) and DepthToSpace mode DCR (TFLite's
+    order: the exported node's mode changed, the PyTorch reference its reshapes) had been
+    refused as ops utrain cannot read: slices of the channels, concatenations and
+    RESHAPEs (spellings.depth_to_space); forward ONNX Runtime's, gradients PyTorch
+    autograd's."""
+    pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import helper
+
+    class Shuffle(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.d, self.o = nn.Conv2d(2, 8, 1), nn.Conv2d(2, 3, 3), nn.Linear(3, 3)
+            self.mode = 'CRD'
+
+        def forward(self, x):
+            h = self.c(x)                                       # [1, 8, 3, 2]
+            if self.mode == 'CRD':
+                s = nn.functional.pixel_shuffle(h, 2)           # [1, 2, 6, 4]
+            else:       # (DCR: channel (i*2 + j)*2 + c)
+                s = h.reshape(1, 2, 2, 2, 3, 2).permute(0, 3, 4, 1, 5, 2).reshape(1, 2, 6, 4)
+            return self.o(torch.tanh(self.d(s)).mean((2, 3)))
+    torch.manual_seed(0)
+    net = Shuffle()
+    src = _onnx(net, tmp_path / 's.onnx', (1, 2, 3, 2))
+    m = onnx.load(src)
+    node = next(n for n in m.graph.node if n.op_type == 'DepthToSpace')
+    assert _attrs_of(node).get('mode') == 'CRD'
+    if mode == 'DCR':
+        net.mode = 'DCR'
+        kept = [t for t in node.attribute if t.name != 'mode']
+        del node.attribute[:]
+        node.attribute.extend(kept + [helper.make_attribute('mode', 'DCR')])
+        onnx.save(m, src)
+    x = torch.tensor(np.random.default_rng(6).normal(size=(1, 2, 3, 2)).astype(F32))
+    _agrees(net, src, tmp_path / 'run', x, np.array([[0.5, -1.0, 2.0]], F32))

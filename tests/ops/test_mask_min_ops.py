@@ -46,7 +46,25 @@ def _reduce_min(shape, axes, keep):
     return build
 
 
+def _step(name, shape, join):
+    """join(STEP(h), h) (ADD, MUL): ROUND (torch.round through tico, half to even),
+    FLOOR or SIGN, which had been refused (issue 28); no gradient through the step (torch's),
+    h's FC trained through join's other operand.  h kept off the steps' jumps."""
+    def build(m):
+        h = m.act_input(shape)
+        v = m.val[h]
+        f = {'ROUND': np.round, 'FLOOR': np.floor, 'SIGN': np.sign}[name]
+        jump = {'ROUND': v - np.floor(v) - 0.5, 'FLOOR': v - np.round(v), 'SIGN': v}[name]
+        r = m.op(name, [h], f(v), kinks=(0.0,), pre=jump)
+        return m.op(join, [r, h], f(v) + v if join == 'ADD' else f(v) * v,
+                    fused_activation_function='NONE')
+    return build
+
+
 CASES = {
+    'ROUND': _step('ROUND', [1, 3, 4], 'ADD'),
+    'FLOOR': _step('FLOOR', [1, 6], 'MUL'),
+    'SIGN': _step('SIGN', [1, 5], 'MUL'),
     'NOT_EQUAL': _masked('NOT_EQUAL', [1, 2, 3]),
     'EQUAL': _masked('EQUAL', [1, 4, 2]),
     'REDUCE_MIN-time': _reduce_min([1, 5, 3], [1], False),       # Keras's min over time
@@ -58,8 +76,11 @@ CASES = {
 def build(cid, where, seed):
     os.makedirs(where, exist_ok=True)
     path = os.path.join(where, 'model.circle')
-    m = oh.Model(np.random.default_rng(seed))
-    y = m.finish(CASES[cid](m), path)
+    for s in range(seed, seed + 50):    # (a draw whose steps' inputs keep off their jumps)
+        m = oh.Model(np.random.default_rng(s))
+        y = m.finish(CASES[cid](m), path)
+        if m.ok:
+            break
     rewrite = cid.startswith('REDUCE_MIN')
     job, host = oh.prepared(m, y, where, rewrite=rewrite)
     if rewrite:     # (the parameters as the rewritten graph the device runs numbers them)
@@ -77,7 +98,9 @@ def device(tmp_path_factory):
 
 @pytest.mark.parametrize('cid', list(CASES))
 def test_forward_and_gradients(device, cid):
-    oh.check_case(device, cid, 1e-10, tflm_infer, 'TFLite Micro')
+    # (TFLite Micro has no SIGN kernel: the float64 reference only; ONNX Runtime runs
+    # Sign in test_onnx_masks_qdq)
+    oh.check_case(device, cid, 1e-10, None if cid == 'SIGN' else tflm_infer, 'TFLite Micro')
 
 
 def test_ops_micropython_match_float64(device, tmp_path):
@@ -143,35 +166,93 @@ def tflm_run(path, x):
     return np.asarray(run(path, x), np.float64).reshape(len(x), -1)
 
 
-def test_a_sparse_tensor_is_refused_saying_so(tmp_path):
-    """A TFLite sparse tensor (EXPERIMENTAL_SPARSITY: its buffer the nonzero values, a
-    DENSIFY op reading it) had been read as a dense one: 'constant data has 24 bytes, but
-    shape [4, 3] of float32 needs 48'.  It is refused naming the tensor and the
-    conversion option to leave out."""
-    from circle_schema.v0_10 import circle as C
-    from host_tools.formats.circle_build import pack_model
-    from host_tools.formats.circle_io import read_model
-    from host_tools.formats.ir import ModelError
+def _sparse_w(W, how):
+    """W [R, C] in TFLite's sparse format, as EXPERIMENTAL_SPARSITY writes it: (values,
+    traversal_order, block_map, dim_metadata) for circle_build's sparse().  csr: rows
+    dense, each row's nonzero columns; cols: the same walked column first (traversal
+    order [1, 0]); blocks: 1x4 blocks of columns, each row's nonzero blocks whole (the
+    layout TFLite's FULLY_CONNECTED reads without a DENSIFY)."""
+    R, C = W.shape
+    if how == 'blocks':
+        nz = [[j for j in range(C // 4) if np.any(W[i, 4 * j:4 * j + 4])] for i in range(R)]
+        seg = np.cumsum([0] + [len(r) for r in nz])
+        vals = [W[i, 4 * j:4 * j + 4] for i in range(R) for j in nz[i]]
+        return (np.concatenate(vals), [0, 1, 2], [1],
+                [('DENSE', R, None, None), ('SPARSE_CSR', 0, seg, sum(nz, [])),
+                 ('DENSE', 4, None, None)])
+    M = W if how == 'csr' else W.T
+    nz = [list(np.flatnonzero(row)) for row in M]
+    seg = np.cumsum([0] + [len(r) for r in nz])
+    return (M[M != 0], [0, 1] if how == 'csr' else [1, 0], [],
+            [('DENSE', len(M), None, None), ('SPARSE_CSR', 0, seg, sum(nz, []))])
+
+
+def _sparse_mlp(path, how, F=8, H=6, seed=0):
+    """x [1, F] -> FC (RELU) by a sparse W [H, F] (through DENSIFY, but for blocks) -> FC
+    [2, H] -> y: (path, forward(x, w, b, fw), W)."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(H, F)).astype(F32)
+    W[rng.random((H, F)) < 0.6] = 0.0
+    if how == 'blocks':
+        W.reshape(H, F // 4, 4)[rng.random((H, F // 4)) < 0.4] = 0.0
+    W[0, :4] = 0.0
+    bias = rng.normal(size=H).astype(F32) * 0.3
+    FW = rng.normal(size=(2, H)).astype(F32)
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, 3])
-    w = b.tensor('w', [6], data=np.arange(6, dtype=F32))    # 6 of the 12 values
-    d = b.tensor('dense', [4, 3])
-    b.op('DENSIFY', [w], [d])
-    y = b.tensor('y', [1, 4])
-    b.op('FULLY_CONNECTED', [x, d, -1], [y])
+    x = b.tensor('x', [1, F])
+    w = b.tensor('w', [H, F], data=W)
+    b.sparse(w, *_sparse_w(W, how))
+    if how != 'blocks':
+        d = b.tensor('w_dense', [H, F])
+        b.op('DENSIFY', [w], [d])
+        w = d
+    h = b.tensor('h', [1, H])
+    b.op('FULLY_CONNECTED', [x, w, b.tensor('b', [H], data=bias)], [h],
+         fused_activation_function='RELU')
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [h, b.tensor('fw', [2, H], data=FW), -1], [y],
+         fused_activation_function='NONE')
     b.inputs(x)
     b.outputs(y)
-    m = b.model()
-    sp = C.SparsityParameters.SparsityParametersT()
-    sp.traversalOrder = [0, 1]
-    m.subgraphs[0].tensors[w].sparsity = sp
-    m.subgraphs[0].tensors[w].shape = [4, 3]
-    path = tmp_path / 's.tflite'
-    path.write_bytes(pack_model(m, b'TFL3'))
-    with pytest.raises(ModelError) as e:
-        read_model(os.fspath(path))
-    assert "tensor 1 ('w') is a sparse tensor" in str(e.value) and \
-        'EXPERIMENTAL_SPARSITY' in str(e.value), str(e.value)
+    b.save(os.fspath(path))
+
+    def forward(xv, w=W, b=bias, fw=FW):
+        return np.maximum(np.asarray(xv, np.float64) @ np.asarray(w, np.float64).T + b, 0) \
+            @ np.asarray(fw, np.float64).T
+    return os.fspath(path), forward, W
+
+
+@pytest.mark.parametrize('how', ['csr', 'cols', 'blocks'])
+def test_a_sparse_tensor_trains_dense(tmp_path, how):
+    """A TFLite sparse tensor (EXPERIMENTAL_SPARSITY: its buffer the nonzero values or
+    blocks, a DENSIFY op reading it) had been refused ('convert the model without that
+    optimization').  The reader densifies it (TFLite's format converter: traversal
+    order, block map, DENSE / SPARSE_CSR levels) and drops the DENSIFY: utrain's forward
+    is the dense model's (numpy, and TFLite Micro on the exported file, which runs no
+    sparse tensor), one SGD step of each weight is its gradient (finite differences),
+    pruned zeros included, and export writes the weight dense (no sparsity, no DENSIFY)."""
+    from test_parity import new_trainer, utrain_predict
+    from stepcheck import step_is_the_gradient
+    from host_tools.formats.circle_io import read_model
+    from circle_schema.v0_10 import circle as C
+    src, forward, W = _sparse_mlp(tmp_path / 's.tflite', how)
+    g = read_model(src)
+    assert [op.name for op in g.ops] == ['FULLY_CONNECTED'] * 2
+    np.testing.assert_array_equal(g.tensors[1].data, W)
+    x = np.random.default_rng(1).normal(size=(6, 8)).astype(F32)
+    step = step_is_the_gradient(src, forward, tmp_path, ('w', 'b', 'fw'), x, exported=True)
+    assert np.any(step['w'][W == 0] != 0)      # (the pruned zeros train too: dense)
+    got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
+                                     tmp_path / 'run' / 'weights.wof'), x, [1, 8])
+    np.testing.assert_allclose(got, forward(x), rtol=1e-5, atol=1e-5)
+    e = tmp_path / 'e.tflite'       # (written by step_is_the_gradient)
+    m = C.Model.ModelT.InitFromPackedBuf(e.read_bytes(), 0)
+    assert all(t.sparsity is None for t in m.subgraphs[0].tensors)
+    ge = read_model(os.fspath(e))
+    assert [op.name for op in ge.ops] == ['FULLY_CONNECTED'] * 2
+    w2 = {t.name: t.data for t in ge.tensors if t.data is not None}
+    np.testing.assert_allclose(tflm_run(os.fspath(e), x),
+                               forward(x, w2['w'], w2['b'], w2['fw']), rtol=1e-5, atol=1e-5)
 
 
 def test_a_3d_convolution_is_refused_saying_what_to_export(tmp_path):
@@ -346,3 +427,79 @@ def test_int8_pad_of_a_frozen_branch_after_the_first_trained_layer(tmp_path):
     assert os.path.exists(os.path.join(out, 'q8.json'))        # (int8 from float)
     run(out, python=True)
     assert os.path.exists(os.path.join(out, 'trained.wof'))
+
+
+@pytest.mark.parametrize('mode', ['SYMMETRIC', 'REFLECT'])
+def test_a_mirror_pad_is_tflms_and_its_step_the_gradient(tmp_path, mode):
+    """MIRROR_PAD (tf.pad mode SYMMETRIC / REFLECT) had been refused as an op utrain
+    cannot run: spelled as slices of the mirrored rows and a concatenation
+    (spellings.pads_to_concat), utrain's forward is TFLite Micro's and one SGD step of
+    each weight its gradient (finite differences of numpy's np.pad)."""
+    rng = np.random.default_rng(0)
+    T, C, pads = 4, 3, [[0, 0], [2, 1], [0, 0]]
+    W = rng.normal(size=(C, C)).astype(F32)
+    FW = rng.normal(size=(2, (T + 3) * C)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C])
+    h = b.tensor('h', [1, T, C])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [C, C], data=W), -1], [h],
+         fused_activation_function='NONE', keep_num_dims=True)
+    p = b.tensor('p', [1, T + 3, C])
+    b.op('MIRROR_PAD', [h, b.tensor('pads', [3, 2], data=np.array(pads, np.int32))], [p], mode=mode)
+
+    def forward(xv, w=W, fw=FW):
+        hv = np.asarray(xv, np.float64).reshape(-1, T, C) @ np.asarray(w, np.float64).T
+        pv = np.pad(hv, pads, mode='symmetric' if mode == 'SYMMETRIC' else 'reflect')
+        return pv.reshape(len(hv), -1) @ np.asarray(fw, np.float64).T
+    _head_and_checks(b, x, p, FW, forward, rng.normal(size=(4, T, C)).astype(F32), ('w', 'fw'),
+                     tmp_path)
+
+
+def _head_and_checks(b, x, s, FW, forward, xs, names, tmp_path):
+    """b's model x -> ... -> s, RESHAPE [1, n] -> FULLY_CONNECTED 'fw' (FW [2, n]) -> y,
+    saved: its forward of xs is TFLite Micro's and forward's (numpy), utrain's too, and
+    one SGD step of each weight in names its gradient (stepcheck)."""
+    from test_parity import new_trainer, utrain_predict
+    from stepcheck import step_is_the_gradient
+    f = b.tensor('f', [1, FW.shape[1]])
+    b.op('RESHAPE', [s], [f], new_shape=[1, FW.shape[1]])
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fw', list(FW.shape), data=FW), -1], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'm.tflite')
+    b.save(src)
+    np.testing.assert_allclose(tflm_run(src, xs), forward(xs), rtol=1e-5, atol=1e-5)
+    step_is_the_gradient(src, forward, tmp_path, names, xs)
+    got = utrain_predict(new_trainer(tmp_path / 'run' / 'model.flat',
+                                     tmp_path / 'run' / 'weights.wof'), xs, list(xs.shape[1:]))
+    np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_depth_to_space_is_tflms_and_its_step_the_gradient(tmp_path):
+    """DEPTH_TO_SPACE (tf.nn.depth_to_space: a super-resolution model's pixel shuffle) had
+    been refused as an op utrain cannot run: spelled as slices of each row offset's
+    channels, RESHAPEs and a concatenation (spellings.depth_to_space), utrain's forward
+    is TFLite Micro's and one SGD step of each weight its gradient (finite differences
+    of numpy's reshape-transpose pixel shuffle)."""
+    rng = np.random.default_rng(0)
+    H, W, bs, C = 3, 2, 2, 2
+    D = bs * bs * C
+    K = rng.normal(size=(D, 1, 1, D)).astype(F32) * 0.5
+    FW = rng.normal(size=(2, H * bs * W * bs * C)).astype(F32) * 0.3
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, W, D])
+    h = b.tensor('h', [1, H, W, D])
+    b.op('CONV_2D', [x, b.tensor('k', list(K.shape), data=K), -1], [h], padding='VALID',
+         fused_activation_function='NONE')
+    s = b.tensor('s', [1, H * bs, W * bs, C])
+    b.op('DEPTH_TO_SPACE', [h], [s], block_size=bs)
+
+    def forward(xv, k=K, fw=FW):
+        hv = np.asarray(xv, np.float64).reshape(-1, H, W, D) @ \
+            np.asarray(k, np.float64).reshape(D, D).T
+        sv = hv.reshape(-1, H, W, bs, bs, C).transpose(0, 1, 3, 2, 4, 5)
+        return sv.reshape(len(hv), -1) @ np.asarray(fw, np.float64).T
+    _head_and_checks(b, x, s, FW, forward, rng.normal(size=(4, H, W, D)).astype(F32),
+                     ('k', 'fw'), tmp_path)
