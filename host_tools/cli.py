@@ -878,6 +878,10 @@ def whole(v):
     except ValueError:
         f = None
     if f is not None and f == f and abs(f) != float('inf') and f == int(f):
+        if abs(f) >= 2 ** 64:   # (1e308 had been echoed back by its check as 309 digits)
+            raise argparse.ArgumentTypeError(
+                f'{v!r} is beyond any count, seed or size (none takes 2^64 or more); give '
+                'one such as 8')
         return int(f)
     raise argparse.ArgumentTypeError(f'{v!r} is not a whole number; give one such as 8')
 
@@ -917,7 +921,7 @@ def parser(prog=None):
 
 def _negatives_joined(p, argv):
     """argv with an option that takes a value followed by one that starts with '-' and a
-    digit (`--budget -5K`, `--lr -1e-3`) joined as `--budget=-5K`: argparse reads such a
+    digit, or is -inf or -nan (`--budget -5K`, `--lr -1e-3`, `--lr -inf`) joined as `--budget=-5K`: argparse reads such a
     value as an option and says only 'expected one argument'; joined, the option's own
     check says what is wrong with it."""
     import re
@@ -930,7 +934,7 @@ def _negatives_joined(p, argv):
         a = argv[i]
         act = acts.get(a)
         if act is not None and act.nargs is None and act.option_strings and \
-                i + 1 < len(argv) and re.match(r'-[0-9.]', argv[i + 1]):
+                i + 1 < len(argv) and re.match(r'-([0-9.]|(inf|infinity|nan)$)', argv[i + 1], re.I):
             out.append(f'{a}={argv[i + 1]}')
             i += 2
             continue

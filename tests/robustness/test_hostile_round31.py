@@ -1,0 +1,71 @@
+"""Session 31's hostile-input round (h68f, a driver outside the repo, cases listed in the
+final report): train.json's nested fields given other types and values, numbers at the
+ends of what an option takes, names of odd characters, data and models whose headers or
+labels lie, interrupted and size-limited writes, concurrent commands in one folder.  Each
+class here had ended in a traceback, been taken without a word, or said what was wrong
+and not what to do (or the wrong thing to do)."""
+import json
+import os
+import shutil
+
+import pytest
+
+from host_tools.target import runner  # noqa: E402
+from test_refusals import files, prepared, says  # noqa: E402,F401  (a model, samples)
+
+
+def _edited(prepared, tmp_path, edit):
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    j = json.loads((d / 'train.json').read_text())
+    edit(j)
+    (d / 'train.json').write_text(json.dumps(j))
+    return d
+
+
+# ------------------------------------------------------------------ train.json edited
+def test_a_log_named_null_in_train_json_is_the_default_log(prepared, tmp_path):
+    """"files": {"log": null}: the board checked it as a file left out, then read
+    last_logged(None): "TypeError: can't convert 'NoneType' object to str implicitly"
+    (a traceback on the board).  null is the default name, as a log left out is."""
+    d = _edited(prepared, tmp_path, lambda j: j['files'].__setitem__('log', None))
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0 and 'Traceback' not in log and 'TypeError' not in log, log
+    assert (d / 'train.log').read_text().startswith('epoch,loss,'), log
+
+
+@pytest.mark.parametrize('optimizer', ['sgd', 'adamw'])
+def test_a_weight_decay_prepare_refuses_is_refused_in_train_json(prepared, tmp_path, optimizer):
+    """"weight_decay" edited to 1e30 (prepare refuses lr x weight_decay >= 1 under sgd and
+    adamw): the board took it, the loss went NaN at the second sample, three retries
+    lowered lr, and the stop said 'lower "lr" in train.json (0.05) and run again', of a
+    run whose lr was not the cause.  The board refuses it before it trains, as prepare."""
+    def edit(j):
+        j['weight_decay'], j['optimizer'] = 1e30, optimizer
+    d = _edited(prepared, tmp_path, edit)
+    before = (d / 'train.log').read_bytes()
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 1 and '"weight_decay" must be below 1 / "lr"' in log and 'lower "lr"' not in log, log
+    assert (d / 'train.log').read_bytes() == before
+
+
+# ------------------------------------------------------------------ numbers at the ends
+@pytest.mark.parametrize('flag', ['--lr', '--test-split', '--momentum'])
+@pytest.mark.parametrize('value', ['-inf', '-nan', '-Infinity'])
+def test_a_negative_infinity_or_nan_is_a_value_not_an_option(files, tmp_path, flag, value):
+    """`--lr -inf` had been argparse's 'argument --lr: expected one argument' ('-inf' read
+    as an option), where --lr -1 says what --lr takes."""
+    d, model, data = files
+    code, err = says(['prepare', model, data, '-o', tmp_path / 'o', flag, value])
+    assert code == 2 and 'expected one argument' not in err and f'error: {flag} ' in err, err
+    assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('flag', ['--seed', '--epochs', '--batch', '--bands'])
+def test_a_whole_number_beyond_any_count_is_refused_as_given(files, tmp_path, flag):
+    """--seed 1e308 was refused echoing it as a 309-digit integer; --bands 1e20 (rows a
+    band) was taken."""
+    d, model, data = files
+    code, err = says(['prepare', model, data, '-o', tmp_path / 'o', '--lr', '0.1', flag, '1e308'])
+    assert code == 2 and "'1e308' is beyond any count" in err and '0000000000' not in err, err
+    assert not (tmp_path / 'o').exists()
