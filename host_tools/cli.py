@@ -304,7 +304,11 @@ def _prepared_from(model, weights) -> str:
     src = _prepared_source(weights)
     if src is None:
         return ''
-    same = os.path.samefile(src, model) if os.path.exists(src) and os.path.exists(model) \
+    import filecmp
+    # (a copy of that file, the folders moved or copied elsewhere, had been called another
+    # model: 'export into that model', of the model given)
+    same = (os.path.samefile(src, model) or filecmp.cmp(src, model, shallow=False)) \
+        if os.path.isfile(src) and os.path.isfile(model) \
         else os.path.basename(src) == os.path.basename(model)
     return '' if same else (f'\n  {weights} was trained in a folder prepared from {src}, not '
                             f'{model}: export into that model')
@@ -338,6 +342,9 @@ def cmd_dataset(a):
                            'are the samples its model was prepared on; to train it on these, '
                            f'prepare it again with them (prepare MODEL {a.source} -o {a.out}), or '
                            'give dataset -o another folder')
+    from .files.validate import check_settings
+    # (--split-seed -1 had been numpy's 'expected non-negative integer', naming no option)
+    check_settings({'split_seed': a.split_seed})
     size = _pixels(a.size)
     for line in _unread_data_options(a, a.source):
         print(f'warning: {line}', file=sys.stderr)

@@ -131,8 +131,15 @@ def load_csv(path, label='last', inputs=None):
                                             ' (a comment line? remove it)' if
                                             row[j].lstrip().startswith('#') else ''))) from None
     except UnicodeDecodeError as e:
-        raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
-                        'expected') from None
+        # (what to do had been left unsaid: 'a CSV of numbers is expected', of one saved
+        # as Excel's 'Unicode Text' or in a Windows code page)
+        with open(path, 'rb') as f:
+            head = f.read(2)
+        raise DataError(f'{path}: ' + (
+            'UTF-16 text (Excel\'s "Unicode Text")' if head in (b'\xff\xfe', b'\xfe\xff') else
+            f'not UTF-8 text near byte {e.start} (another encoding: Latin-1, a Windows code '
+            'page)') + ': save it as UTF-8 ("CSV UTF-8" in Excel; pandas writes UTF-8: '
+            "to_csv(path, index=False))") from None
     except csv.Error as e:
         raise DataError(f'{path}: line {k + 2}: not a readable CSV row ({e})') from None
     if not rows:

@@ -69,3 +69,60 @@ def test_a_whole_number_beyond_any_count_is_refused_as_given(files, tmp_path, fl
     code, err = says(['prepare', model, data, '-o', tmp_path / 'o', '--lr', '0.1', flag, '1e308'])
     assert code == 2 and "'1e308' is beyond any count" in err and '0000000000' not in err, err
     assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('seed', ['-1', '4294967296'])
+def test_datasets_split_seed_out_of_range_names_the_option(files, tmp_path, seed):
+    """`dataset --split-seed -1` had been numpy's 'error: expected non-negative integer'
+    (prepare's --split-seed says what it takes)."""
+    d, model, data = files
+    code, err = says(['dataset', data, '-o', tmp_path / 'o', f'--split-seed={seed}'])
+    assert code == 2 and f'--split-seed {seed}: must be a whole number from 0 to 4294967295' in err, err
+    assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('op', ['fc', '1e308', '1.5'])
+def test_a_ranks_op_that_is_no_index_says_what_op_takes(files, tmp_path, op):
+    """--ranks fc:all had been "invalid literal for int() with base 10: 'fc'"."""
+    d, model, data = files
+    code, err = says(['prepare', model, data, '-o', tmp_path / 'o', '--lr', '0.1', '--ranks', f'{op}:all'])
+    assert code == 2 and f"{op!r} is no op: give an op's index" in err and 'invalid literal' not in err, err
+
+
+# ------------------------------------------------------------------ names
+def test_an_output_name_over_the_file_systems_limit_is_named_as_given(files, tmp_path):
+    """-o of a 300-byte name had been refused naming NAME.preparing, the staging folder the
+    user never gave, 'the name is too long' (round 30 fixed names of 246 to 255 bytes)."""
+    d, model, data = files
+    out = tmp_path / ('r' * 300)
+    code, err = says(['prepare', model, data, '--lr', '0.1', '-o', out])
+    assert code == 2 and f'{out}: a name of 300 bytes' in err and 'at most 245' in err, err
+    assert '.preparing' not in err.split(':')[0], err
+
+
+def test_export_into_a_copy_of_the_prepared_model_is_not_called_another(files, prepared, tmp_path):
+    """A refusal of export (here -o .onnx of a circle model) given a copy of the model the
+    folder was prepared from (the folders moved, the model copied beside them) added
+    '<weights> was trained in a folder prepared from <model>, not <copy>: export into that
+    model', of the same model."""
+    d, model, data = files
+    copy = tmp_path / 'm.circle'
+    shutil.copy(model, copy)
+    w = tmp_path / 'w.wof'
+    shutil.copy(prepared / 'weights.wof', w)
+    shutil.copy(prepared / 'prepare.json', tmp_path / 'prepare.json')
+    code, err = says(['export', copy, w, '-o', tmp_path / 'x.onnx'])
+    assert code == 2 and 'an .onnx file is written from an .onnx model' in err, err
+    assert 'export into that model' not in err, err
+
+
+# ------------------------------------------------------------------ a CSV of another encoding
+@pytest.mark.parametrize('encoding, want', [('utf-16', 'UTF-16 text'), ('latin-1', 'not UTF-8 text near byte 1 (another encoding')])
+def test_a_csv_not_in_utf8_says_how_to_save_it(files, tmp_path, encoding, want):
+    """A CSV saved as Excel's "Unicode Text" (UTF-16) or with a Latin-1 header had been
+    'not UTF-8 text near byte 0: a CSV of numbers is expected', no way on."""
+    d, model, data = files
+    p = tmp_path / 'd.csv'
+    p.write_text('f\xe9,f2,f3,f4,f5,f6,label\n' + '1,2,3,4,5,6,1\n' * 4, encoding=encoding)
+    code, err = says(['evaluate', model, p])
+    assert code == 2 and f'{p}: {want}' in err and 'save it as UTF-8' in err, err
