@@ -490,6 +490,14 @@ def end_advice(out_dir, text) -> str | None:
                 f'{out_dir} back to {other.group(2)}, as the checkpoint trained; to go on with '
                 'the new optimizer from the best weights so far (its state from zero), set '
                 '"resume": false and "start": "best" under "run"')
+    if name.endswith('.ckpt') and 'must follow each other' in what:
+        # (its blocks of other sizes than model.flat's tensors: a checkpoint of another
+        # model, copied in; it had been 'cannot be resumed from; delete it', the only
+        # copy of that other run's progress)
+        return (f'what to do: {os.path.join(out_dir, name)} holds tensors of other sizes than '
+                'model.flat\'s: it is of another model (copied in from another run folder?); '
+                'move it back to the folder it was trained in (resume it there), or set '
+                '"resume": false under "run" in train.json to train this one from the start')
     if name.endswith('.ckpt'):
         return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
                 'set "resume": false under "run" in train.json) to train from the start')

@@ -126,3 +126,47 @@ def test_a_csv_not_in_utf8_says_how_to_save_it(files, tmp_path, encoding, want):
     p.write_text('f\xe9,f2,f3,f4,f5,f6,label\n' + '1,2,3,4,5,6,1\n' * 4, encoding=encoding)
     code, err = says(['evaluate', model, p])
     assert code == 2 and f'{p}: {want}' in err and 'save it as UTF-8' in err, err
+
+
+# ------------------------------------------------------------------ a file of another model
+@pytest.fixture(scope='module')
+def other_run(tmp_path_factory):
+    """A run folder of a model of other sizes (5 inputs, 4 hidden, 2 classes), trained."""
+    import numpy as np
+    from host_tools.prepare.pipeline import prepare
+    from test_pipeline import small_mlp
+    d = tmp_path_factory.mktemp('other')
+    rng = np.random.default_rng(5)
+    np.savez(d / 'od.npz', x=rng.normal(0, 1, (12, 5)).astype(np.float32), y=rng.integers(0, 2, 12))
+    model = small_mlp(str(d / 'other.circle'), n_in=5, hidden=4, n_out=2, seed=3)
+    prepare(model, str(d / 'o'), data=str(d / 'od.npz'), loss='scce', lr=0.05, epochs=1,
+            log=lambda *a: None)
+    code, log = runner.run(os.fspath(d / 'o'), python=True, stream=False)
+    assert code == 0, log
+    return d / 'o'
+
+
+@pytest.mark.parametrize('name', ['trained.wof', 'checkpoint.ckpt'])
+def test_weights_of_another_model_are_not_called_cut_short(files, prepared, other_run, tmp_path, name):
+    """Another model's trained.wof or checkpoint.ckpt (the same tensor count, other sizes)
+    copied into a run folder: export said 'the file is cut short or damaged (176 bytes):
+    copy it again', of a whole file."""
+    d, model, data = files
+    r = tmp_path / 'r'
+    shutil.copytree(prepared, r)
+    shutil.copy(other_run / name, r / name)
+    code, err = says(['export', model, r / name, '-o', tmp_path / 'e.circle'])
+    assert code == 2 and "holds tensors of other sizes than this model's" in err, err
+    assert 'cut short' not in err and not (tmp_path / 'e.circle').exists(), err
+
+
+def test_resuming_another_models_checkpoint_does_not_say_to_delete_it(prepared, other_run, tmp_path):
+    """"resume": true with another model's checkpoint.ckpt copied in: 'cannot be resumed
+    from; delete it', the other run's only copy of its progress."""
+    d = _edited(prepared, tmp_path, lambda j: j['run'].__setitem__('resume', True))
+    shutil.copy(other_run / 'checkpoint.ckpt', d / 'checkpoint.ckpt')
+    before = (d / 'checkpoint.ckpt').read_bytes()
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    advice = runner.end_advice(os.fspath(d), log)
+    assert code == 1 and 'it is of another model' in advice and 'delete it' not in advice, (log, advice)
+    assert (d / 'checkpoint.ckpt').read_bytes() == before
