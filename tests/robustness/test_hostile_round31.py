@@ -191,3 +191,30 @@ def test_mpy_cross_stopped_by_the_file_size_limit_names_the_limit(tmp_path, monk
     assert e.value.errno == errno.EFBIG and e.value.filename == str(dst)
     from host_tools.files.validate import os_error_text
     assert "ulimit -f" in os_error_text(e.value), os_error_text(e.value)
+
+
+# ------------------------------------------------------------------ $MICROPYTHON
+@pytest.mark.parametrize('kind, want', [
+    ('not executable', "which is not executable (chmod +x it)"),
+    ('folder', 'which is a folder'),
+    ('missing', 'which does not exist'),
+    ('cpython', 'not MicroPython (asked its sys.implementation: cpython)'),
+    ('false', 'not MicroPython (asked its sys.implementation: exit code 1)')])
+def test_a_micropython_variable_naming_no_micropython_says_so(prepared, tmp_path, monkeypatch,
+                                                              kind, want):
+    """$MICROPYTHON naming a file that is not executable or a folder had been 'MicroPython
+    binary ... not found: ... or set $MICROPYTHON' (it was set); naming CPython, a
+    traceback ('No module named utrain'); /bin/false, exit code 127 and no word."""
+    import sys
+    exe = {'not executable': tmp_path / 'mp', 'folder': tmp_path, 'missing': tmp_path / 'nope',
+           'cpython': sys.executable, 'false': shutil.which('false')}[kind]
+    if kind == 'not executable':
+        exe.write_text('#!/bin/sh\n')
+    monkeypatch.setenv('MICROPYTHON', str(exe))
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    before = (d / 'train.log').read_bytes()
+    code, err = says(['run', d])
+    assert code == 2 and f"$MICROPYTHON is '{exe}'" in err and want in err, err
+    assert 'point $MICROPYTHON at a unix MicroPython binary' in err and 'Traceback' not in err, err
+    assert (d / 'train.log').read_bytes() == before
