@@ -45,7 +45,8 @@ def load_npz(path):
     except (OSError, ValueError) as e:
         if isinstance(e, DataError):
             raise
-        raise DataError(f'{path}: not a readable .npz file ({e})') from None
+        from .validate import NPZ_AGAIN     # (had said what, not what to do)
+        raise DataError(f'{path}: not a readable .npz file ({e}): {NPZ_AGAIN}') from None
     return _checked(path, x, y)
 
 

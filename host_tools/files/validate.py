@@ -259,6 +259,10 @@ def npz_headers(path: str) -> dict:
     return out
 
 
+# what to do about an .npz cut short or damaged
+NPZ_AGAIN = 'copy it again, or save it again (np.savez(path, x=x, y=y))'
+
+
 def check_npz(path: str) -> None:
     """Refuse before loading: missing x/y, non-numeric or 0-d arrays, sizes beyond
     MAX_DATA_BYTES (as declared, and as the zip entries would inflate to)."""
@@ -270,17 +274,24 @@ def check_npz(path: str) -> None:
         if dtype.hasobject or dtype.kind not in 'biuf':
             raise PrepareError(f'{path}: array {name} holds {dtype} values; it must hold numbers' + (
                 ': give class numbers 0, 1, ... (np.unique(y, return_inverse=True)[1] numbers '
-                'text labels in sorted order)' if name == 'y' and dtype.kind in 'USO' else ''))
+                'text labels in sorted order)' if name == 'y' and dtype.kind in 'USO' else
+                # (x had been left at 'it must hold numbers': what to save instead)
+                f': save {name} as an array of numbers, one row a sample (np.asarray({name}, '
+                'np.float32); samples of different lengths make an object array: pad or cut '
+                'them to one length)'))
         if len(shape) == 0:
             raise PrepareError(f'{path}: array {name} is a single value (0-d); it must hold one '
                                'entry per sample')
         n = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if n > MAX_DATA_BYTES or size > MAX_DATA_BYTES:
             raise PrepareError(f'{path}: array {name} of shape {tuple(shape)} would take '
-                               f'{n / 2**30:.3g} GB; at most {MAX_DATA_BYTES >> 30} GB is loaded')
+                               f'{n / 2**30:.3g} GB; at most {MAX_DATA_BYTES >> 30} GB is loaded: '
+                               'give a part of the samples (x[:n], y[:n]); a file much smaller '
+                               f'than that is damaged: {NPZ_AGAIN}')
         if size < n:
             raise PrepareError(f'{path}: array {name} claims shape {tuple(shape)} '
-                               f'({n} bytes) but holds {size} bytes (truncated or corrupt)')
+                               f'({n} bytes) but holds {size} bytes (truncated or corrupt): '
+                               f'{NPZ_AGAIN}')
 
 
 def check_values(path: str, x, y) -> None:

@@ -218,3 +218,44 @@ def test_a_micropython_variable_naming_no_micropython_says_so(prepared, tmp_path
     assert code == 2 and f"$MICROPYTHON is '{exe}'" in err and want in err, err
     assert 'point $MICROPYTHON at a unix MicroPython binary' in err and 'Traceback' not in err, err
     assert (d / 'train.log').read_bytes() == before
+
+
+# ------------------------------------------------------------------ an .npz whose header lies
+def _npz_of(path, shape, payload, y):
+    import struct
+    import zipfile
+    import numpy as np
+
+    def npy(shape, d, pay):
+        h = ("{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (d, shape)).ljust(118) + '\n'
+        return b'\x93NUMPY\x01\x00' + struct.pack('<H', len(h)) + h.encode() + pay
+    with zipfile.ZipFile(path, 'w') as zf:
+        zf.writestr('x.npy', npy(shape, '<f4', payload))
+        zf.writestr('y.npy', npy(f'({len(y)},)', '<i8', np.asarray(y, '<i8').tobytes()))
+    return path
+
+
+@pytest.mark.parametrize('case, want', [
+    ('negative', 'not a readable .npz file (negative dimensions are not allowed): copy it again'),
+    ('short', 'but holds 229 bytes (truncated or corrupt): copy it again'),
+    ('huge', 'at most 2 GB is loaded: give a part of the samples'),
+    ('text', 'must hold numbers: save x as an array of numbers')])
+def test_an_npz_whose_header_lies_says_what_to_do(files, tmp_path, case, want):
+    """An .npz whose x header claims a negative or a 224 GB shape, or more bytes than it
+    holds, or whose x holds text, was refused saying what is wrong only ('(truncated or
+    corrupt)', 'it must hold numbers'), never what to do."""
+    import numpy as np
+    d, model, data = files
+    z = np.load(data)
+    x, y = z['x'], z['y']
+    p = tmp_path / 'b.npz'
+    if case == 'text':
+        np.savez(p, x=x.astype(str), y=y)
+    else:
+        shape, pay = {'negative': (f'(-{len(x)}, 6)', x.tobytes()), 'short': ('(24, 6)', x.tobytes()[:100]),
+                      'huge': ('(10000000000, 6)', x.tobytes())}[case]
+        _npz_of(p, shape, pay, y)
+    for argv in (['evaluate', model, p], ['prepare', model, p, '-o', tmp_path / 'o', '--lr', '0.1']):
+        code, err = says(argv)
+        assert code == 2 and f'{p}: ' in err and want in err, err
+    assert not (tmp_path / 'o').exists()
