@@ -248,6 +248,10 @@ def npz_headers(path: str) -> dict:
                 raw = f.read(4096)
         except OSError:
             raw = None
+        if raw and raw[:4] == b'PK\x03\x04':
+            # (a zip's start, its directory at the end gone or its entries damaged: an .npz
+            # cut short had been 'it reads as a zip archive (an .npz of data?), not an .npz')
+            raise PrepareError(f'{path}: an .npz cut short or damaged ({e}): {NPZ_AGAIN}') from None
         kind = kind_of(raw) if raw and isinstance(e, zipfile.BadZipFile) else None
         what = (f'it reads as {kind}, not an .npz' + (
             ' (a CSV? it is read by its .csv name)' if kind == 'text' else '') if kind else

@@ -259,3 +259,16 @@ def test_an_npz_whose_header_lies_says_what_to_do(files, tmp_path, case, want):
         code, err = says(argv)
         assert code == 2 and f'{p}: ' in err and want in err, err
     assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('cut', [100, -10])
+def test_an_npz_cut_short_is_not_called_a_zip_archive(files, tmp_path, cut):
+    """An .npz cut short (its zip directory, at the end, gone) had been 'it reads as a zip
+    archive (an .npz of data?), not an .npz', of an .npz."""
+    d, model, data = files
+    raw = open(data, 'rb').read()
+    p = tmp_path / 'cut.npz'
+    p.write_bytes(raw[:cut])
+    code, err = says(['evaluate', model, p])
+    assert code == 2 and f'{p}: an .npz cut short or damaged' in err and 'copy it again' in err, err
+    assert 'not an .npz' not in err, err
