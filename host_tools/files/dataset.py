@@ -630,6 +630,14 @@ def header(path, data=None):
     try:
         return _data.header(path, (_read(path, HEAD) if data is None else data)[:HEAD])
     except ValueError as e:     # (the board's own words, kept short: here what to do)
+        if 'not a utrain dataset' in str(e):
+            # (had said the magic, not what to do: a file of another kind named .ds, or
+            # one whose first bytes are damaged)
+            from ..formats.kinds import kind_of
+            kind = kind_of(_read(path, 4096) if data is None else data[:4096])
+            raise DataError(f'{path}: not a utrain dataset' + (
+                f' (it reads as {kind}); give the data as its own kind, by its own name'
+                if kind else f' (its first bytes are not a .ds file\'s): {DS_AGAIN}')) from None
         raise DataError(f'{e}: {DS_AGAIN}' if any(w in str(e) for w in (
             'damaged header', 'version', 'truncated')) else str(e)) from None
 

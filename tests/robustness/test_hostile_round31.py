@@ -272,3 +272,21 @@ def test_an_npz_cut_short_is_not_called_a_zip_archive(files, tmp_path, cut):
     code, err = says(['evaluate', model, p])
     assert code == 2 and f'{p}: an .npz cut short or damaged' in err and 'copy it again' in err, err
     assert 'not an .npz' not in err, err
+
+
+@pytest.mark.parametrize('what, want', [
+    ('damaged', "not a utrain dataset (its first bytes are not a .ds file's): write the file again"),
+    ('npz', 'not a utrain dataset (it reads as a zip archive (an .npz of data?)); give the data as its own kind')])
+def test_a_ds_whose_magic_is_not_a_ds_files_says_what_to_do(files, prepared, tmp_path, what, want):
+    """evaluate of a .ds whose first bytes are damaged, or of an .npz named .ds, said
+    "not a utrain dataset (magic b'\\xff\\xff\\xff\\xff')", no way on."""
+    d, model, data = files
+    p = tmp_path / 'bad.ds'
+    if what == 'damaged':
+        raw = bytearray((prepared / 'train.ds').read_bytes())
+        raw[:4] = b'\xff' * 4
+        p.write_bytes(bytes(raw))
+    else:
+        shutil.copy(data, p)
+    code, err = says(['evaluate', model, p])
+    assert code == 2 and f'{p}: {want}' in err and 'magic' not in err, err
