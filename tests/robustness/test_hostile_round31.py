@@ -290,3 +290,45 @@ def test_a_ds_whose_magic_is_not_a_ds_files_says_what_to_do(files, prepared, tmp
         shutil.copy(data, p)
     code, err = says(['evaluate', model, p])
     assert code == 2 and f'{p}: {want}' in err and "(magic b'" not in err, err
+
+
+# ------------------------------------------------------------------ a model's indices damaged
+def _damaged(src, dst, fn):
+    from host_tools.formats.circle_io import _unpack, pack_model
+    raw = open(src, 'rb').read()
+    m = _unpack(src, raw)
+    fn(m, m.subgraphs[0] if m.subgraphs else None)
+    open(dst, 'wb').write(pack_model(m, raw[4:8]))
+    return dst
+
+
+def _w1(sg):
+    return next(t for t in sg.tensors if t.name in ('w1', b'w1'))
+
+
+INDICES = {
+    'buffer': (lambda m, sg: setattr(_w1(sg), 'buffer', 999), 'refers to buffer 999'),
+    'shape': (lambda m, sg: setattr(_w1(sg), 'shape', [8, 10 ** 9]),
+              "tensor 1 ('w1'): constant data has 192 bytes"),
+    'type': (lambda m, sg: setattr(_w1(sg), 'type', 99), 'unknown tensor type 99'),
+    'op input': (lambda m, sg: setattr(sg.operators[1], 'inputs', [2, 999, 5]),
+                 'input tensor index 999 out of range'),
+    'opcode': (lambda m, sg: setattr(sg.operators[1], 'opcodeIndex', 77), 'opcode index 77 out of range'),
+    'graph input': (lambda m, sg: setattr(sg, 'inputs', [99]), 'subgraph input tensor index 99'),
+    'no subgraph': (lambda m, sg: setattr(m, 'subgraphs', []), 'model has no subgraphs'),
+}
+
+
+@pytest.mark.parametrize('damage', sorted(INDICES))
+def test_a_models_index_out_of_range_says_what_to_do(files, tmp_path, damage):
+    """A circle file whose tensor names a buffer, type or shape it does not have, whose op
+    names a tensor or opcode past the tables, or that has no subgraph, was refused saying
+    what is wrong only ("tensor 1 (b'w1'): constant data has 192 bytes, but shape ...");
+    the neighbouring checks (a cycle, NaN weights) said what to do."""
+    d, model, data = files
+    fn, want = INDICES[damage]
+    m = _damaged(model, str(tmp_path / 'bad.circle'), fn)
+    for argv in (['inspect', m], ['evaluate', m, data]):
+        code, err = says(argv)
+        assert code == 2 and want in err and 'the file is cut short or damaged: copy' in err, err
+        assert "b'w1'" not in err, err
