@@ -332,3 +332,22 @@ def test_a_models_index_out_of_range_says_what_to_do(files, tmp_path, damage):
         code, err = says(argv)
         assert code == 2 and want in err and 'the file is cut short or damaged: copy' in err, err
         assert "b'w1'" not in err, err
+
+
+# ------------------------------------------------------------------ a port that is none
+@pytest.mark.parametrize('cmd', ['deploy', 'pull'])
+@pytest.mark.parametrize('port, want', [
+    ('a97', "no such port (mpremote's a97 is /dev/ttyACM97, which is not there)"),
+    ('u97', "no such port (mpremote's u97 is /dev/ttyUSB97, which is not there)"),
+    ('FILE', 'a file, not a serial port'), ('DIR', 'a folder, not a serial port'),
+    ('COM3', 'no such port (COMn names a port on Windows)')])
+def test_a_port_that_is_no_serial_port_is_said_to_be(files, prepared, cmd, port, want):
+    """An mpremote shortcut with no device behind it, a file, a folder, or a Windows name
+    on Linux: mpremote's 'failed to access a9 (it may be in use by another program)'."""
+    if os.name == 'nt':
+        pytest.skip('device names of Linux')
+    d, model, data = files
+    p = {'FILE': model, 'DIR': str(prepared)}.get(port, port)
+    code, err = says([cmd, prepared, '--port', p])
+    assert code == 2 and f'{p}: {want}' in err and 'mpremote devs' in err, err
+    assert 'in use by another program' not in err, err
