@@ -351,3 +351,24 @@ def test_a_port_that_is_no_serial_port_is_said_to_be(files, prepared, cmd, port,
     code, err = says([cmd, prepared, '--port', p])
     assert code == 2 and f'{p}: {want}' in err and 'mpremote devs' in err, err
     assert 'in use by another program' not in err, err
+
+
+# ------------------------------------------------------------------ plot of a log with no epoch
+HEAD = 'epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+
+
+@pytest.mark.parametrize('text, want', [
+    ('', 'train.log: empty: the run logged nothing yet; plot it once the run has logged an epoch'),
+    (HEAD, 'train.log: no epochs logged yet; plot it once the run has logged an epoch'),
+    (HEAD + '1,0.5', 'train.log: no epochs logged yet (line 2 has 2 columns, expected 7: a row cut '
+                     'short); plot it once')])
+def test_plot_of_a_log_with_no_epoch_yet_says_when_to_plot(tmp_path, text, want):
+    """plot of an empty train.log (a run stopped before its header) had been 'not a utrain
+    train.log ... give the train.log that `run` wrote', of that very file; of a header
+    alone 'no epochs logged yet' (what, not what to do); of a first row cut short by a
+    power loss 'not a utrain train.log', where a later row cut short is left out."""
+    log = tmp_path / 'train.log'
+    log.write_text(text)
+    code, err = says(['plot', log, '-o', tmp_path / 'c.png'])
+    assert code == 2 and f'{log}: ' in err and want in err and 'not a utrain train.log' not in err, err
+    assert not (tmp_path / 'c.png').exists()
