@@ -28,7 +28,8 @@ def read_log(path, notes=None):
     if device(path):
         raise ValueError(device(path))
     try:
-        with open(path, newline='') as f:
+        with open(path, newline='', encoding='utf-8-sig') as f:   # (a BOM: a log saved
+            # by a Windows editor had been 'not a utrain train.log')
             rows = list(csv.reader(f))
     except UnicodeDecodeError:
         rows = []           # (a binary file: not a log)
@@ -56,6 +57,15 @@ def read_log(path, notes=None):
             from .files.dataset import _number
             h, v = next((h, v) for h, v in zip(head, r) if v and not _number(v))
             damaged.append(f'line {k}: {h} {v!r} is not a number')
+            continue
+        far = next(((h, v) for h, v, x in zip(head, r, xs) if x is not None and (
+            math.isfinite(x) and abs(x) > 3.5e38 or h == head[0] and not (
+                x == int(x) and 0 <= x <= 0xFFFFFFFF))), None) if all(
+            x is None or not math.isinf(x) for x in xs[:1]) else (head[0], r[0])
+        if far:
+            # (beyond what a board logs, float32 values and whole epochs: matplotlib's
+            # 'arange: cannot compute length' had ended the plot, naming no file)
+            damaged.append(f'line {k}: {far[0]} {far[1]} is beyond what a run logs')
             continue
         for h, x in zip(head, xs):
             cols[h].append(None if x is None or math.isnan(x) else x)

@@ -372,3 +372,23 @@ def test_plot_of_a_log_with_no_epoch_yet_says_when_to_plot(tmp_path, text, want)
     code, err = says(['plot', log, '-o', tmp_path / 'c.png'])
     assert code == 2 and f'{log}: ' in err and want in err and 'not a utrain train.log' not in err, err
     assert not (tmp_path / 'c.png').exists()
+
+
+@pytest.mark.parametrize('rows, want', [
+    ('1e308,0.2,1,0.2,1,8,1\n', 'line 2: epoch 1e308 is beyond what a run logs'),
+    ('1,1e308,1,0.2,1,8,1\n2,-1e308,1,1,1,8,1\n', 'line 2: loss 1e308 is beyond what a run logs')])
+def test_plot_of_a_value_beyond_what_a_run_logs_names_the_line(tmp_path, rows, want):
+    """An epoch or a loss of 1e308 in train.log (no board logs one: float32 values, whole
+    epochs) ended the plot in matplotlib's 'arange: cannot compute length', naming no file."""
+    log = tmp_path / 'train.log'
+    log.write_text(HEAD + rows + '3,0.2,1,0.2,1,8,1\n')
+    code, err = says(['plot', log, '-o', tmp_path / 'c.png'])
+    assert code == 0 and f'{log}: {want}' in err, err
+
+
+def test_plot_of_a_log_saved_with_a_byte_order_mark_is_plotted(tmp_path):
+    """train.log saved by a Windows editor (UTF-8 with BOM): 'not a utrain train.log'."""
+    log = tmp_path / 'train.log'
+    log.write_text('\ufeff' + HEAD + '1,0.5,0.8,0.3,1.0,8,1\n', encoding='utf-8')
+    code, err = says(['plot', log, '-o', tmp_path / 'c.png'])
+    assert code == 0 and (tmp_path / 'c.png').is_file(), err
