@@ -956,6 +956,17 @@ _PATHS = (('model', 'the model'), ('data_file', 'DATA'), ('data', 'the data'), (
           ('out', '-o'), ('out_file', 'OUT'), ('train_config', '--train-config'), ('test', '--test'))
 
 
+def _ctrl_c_within(e) -> bool:
+    """Whether exception e was raised because of a KeyboardInterrupt (its cause or context)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def main(argv=None):
     for stream in (sys.stdout, sys.stderr):
         # (a terminal or pipe whose encoding cannot hold a model's tensor name or a path,
@@ -1009,6 +1020,11 @@ def main(argv=None):
             pass
         return 141
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
+        if _ctrl_c_within(e):
+            # (a Ctrl-C while a module loaded half way through a command: Python wraps it,
+            # 'error: Error calling __set_name__ on 'cached_property' instance ...', exit 2)
+            print(f'\nstopped (Ctrl-C): {a.cmd} did not finish', file=sys.stderr)
+            return 130
         from .files.validate import os_error_text
         where = next((getattr(a, k) for k in ('out', 'output', 'out_file', 'dir', 'flash')
                       if getattr(a, k, None)), None)

@@ -234,7 +234,9 @@ def micropython_binary() -> str:
         if env:
             # (a file that is not executable, or a folder, had been 'not found')
             found = shutil.which(env, mode=os.F_OK)
-            why = ('is a folder' if os.path.isdir(env) else 'is not executable (chmod +x it)'
+            why = ('is a program and its arguments: $MICROPYTHON names the binary alone'
+                   if ' ' in env.strip() and shutil.which(env.split()[0]) else
+                   'is a folder' if os.path.isdir(env) else 'is not executable (chmod +x it)'
                    if found or os.path.isfile(env) else 'does not exist' if os.sep in env
                    else 'is not on PATH')
             raise FileNotFoundError(f'$MICROPYTHON is {env!r}, which {why}: {fix}')

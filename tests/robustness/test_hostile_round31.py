@@ -392,3 +392,32 @@ def test_plot_of_a_log_saved_with_a_byte_order_mark_is_plotted(tmp_path):
     log.write_text('\ufeff' + HEAD + '1,0.5,0.8,0.3,1.0,8,1\n', encoding='utf-8')
     code, err = says(['plot', log, '-o', tmp_path / 'c.png'])
     assert code == 0 and (tmp_path / 'c.png').is_file(), err
+
+
+# ------------------------------------------------------------------ Ctrl-C while a module loads
+def test_a_ctrl_c_python_wraps_while_a_module_loads_is_a_stop(tmp_path, monkeypatch):
+    """A Ctrl-C while a command imported a module (export to .tflite at 1.5 s: Python
+    3.11 wraps it while it builds ipaddress's classes) ended 'error: Error calling
+    __set_name__ on 'cached_property' instance 'hostmask' in 'IPv4Interface'', exit 2;
+    it is a stop, said so, exit 130."""
+    from host_tools import cli
+
+    def interrupted(a):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as k:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property' instance "
+                               "'hostmask' in 'IPv4Interface'") from k
+    monkeypatch.setattr(cli, 'cmd_plot', interrupted)
+    code, err = says(['plot', tmp_path / 'train.log'])
+    assert code == 130 and 'stopped (Ctrl-C): plot did not finish' in err and '__set_name__' not in err, err
+
+
+def test_a_micropython_variable_of_a_program_and_its_arguments_says_so(prepared, tmp_path, monkeypatch):
+    """$MICROPYTHON='micropython -X heapsize=1M' had been 'not found ... or set $MICROPYTHON'."""
+    import sys
+    monkeypatch.setenv('MICROPYTHON', f'{sys.executable} -X heapsize=1M')
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    code, err = says(['run', d])
+    assert code == 2 and '$MICROPYTHON names the binary alone' in err, err
