@@ -421,3 +421,16 @@ def test_a_micropython_variable_of_a_program_and_its_arguments_says_so(prepared,
     shutil.copytree(prepared, d)
     code, err = says(['run', d])
     assert code == 2 and '$MICROPYTHON names the binary alone' in err, err
+
+
+def test_samples_of_another_model_leave_the_log_as_it_was(prepared, other_run, tmp_path):
+    """Another model's train.ds copied into a run folder: the run scored the test set,
+    wrote its 'before training' row to train.log, and only then refused train.ds: a
+    failed run had left a row in the log (plot then drew a run that never trained)."""
+    d = tmp_path / 'r'
+    shutil.copytree(prepared, d)
+    shutil.copy(other_run / 'train.ds', d / 'train.ds')
+    before = (d / 'train.log').read_bytes()
+    code, log = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 1 and 'samples have 5 inputs' in log, log
+    assert (d / 'train.log').read_bytes() == before
