@@ -434,3 +434,24 @@ def test_samples_of_another_model_leave_the_log_as_it_was(prepared, other_run, t
     code, log = runner.run(os.fspath(d), python=True, stream=False)
     assert code == 1 and 'samples have 5 inputs' in log, log
     assert (d / 'train.log').read_bytes() == before
+
+
+@pytest.mark.parametrize('damage', ['cycle', 'two writers'])
+def test_export_into_a_damaged_model_writes_nothing(files, prepared, tmp_path, damage):
+    """export of trained weights into a model whose graph has a cycle, or an op output
+    two ops write (inspect, evaluate and prepare refuse it as damaged): the copy was
+    written, exit 0, a file no runtime runs."""
+    import numpy as np
+    d, model, data = files
+
+    def fn(m, sg):
+        ops = sg.operators
+        if damage == 'cycle':
+            z = next(i for i, t in enumerate(sg.tensors) if t.name in ('z', b'z'))
+            ops[0].inputs = np.array([z] + list(ops[0].inputs[1:]), np.int32)
+        else:
+            ops[1].outputs = np.array(ops[0].outputs, np.int32)
+    bad = _damaged(model, str(tmp_path / 'bad.circle'), fn)
+    code, err = says(['export', bad, prepared / 'weights.wof', '-o', tmp_path / 'e.circle'])
+    assert code == 2 and 'the file is damaged or not a model utrain reads' in err, err
+    assert not (tmp_path / 'e.circle').exists()
