@@ -304,7 +304,11 @@ def _prepared_from(model, weights) -> str:
     src = _prepared_source(weights)
     if src is None:
         return ''
-    same = os.path.samefile(src, model) if os.path.exists(src) and os.path.exists(model) \
+    import filecmp
+    # (a copy of that file, the folders moved or copied elsewhere, had been called another
+    # model: 'export into that model', of the model given)
+    same = (os.path.samefile(src, model) or filecmp.cmp(src, model, shallow=False)) \
+        if os.path.isfile(src) and os.path.isfile(model) \
         else os.path.basename(src) == os.path.basename(model)
     return '' if same else (f'\n  {weights} was trained in a folder prepared from {src}, not '
                             f'{model}: export into that model')
@@ -338,6 +342,9 @@ def cmd_dataset(a):
                            'are the samples its model was prepared on; to train it on these, '
                            f'prepare it again with them (prepare MODEL {a.source} -o {a.out}), or '
                            'give dataset -o another folder')
+    from .files.validate import check_settings
+    # (--split-seed -1 had been numpy's 'expected non-negative integer', naming no option)
+    check_settings({'split_seed': a.split_seed})
     size = _pixels(a.size)
     for line in _unread_data_options(a, a.source):
         print(f'warning: {line}', file=sys.stderr)
@@ -878,6 +885,10 @@ def whole(v):
     except ValueError:
         f = None
     if f is not None and f == f and abs(f) != float('inf') and f == int(f):
+        if abs(f) >= 2 ** 64:   # (1e308 had been echoed back by its check as 309 digits)
+            raise argparse.ArgumentTypeError(
+                f'{v!r} is beyond any count, seed or size (none takes 2^64 or more); give '
+                'one such as 8')
         return int(f)
     raise argparse.ArgumentTypeError(f'{v!r} is not a whole number; give one such as 8')
 
@@ -917,7 +928,7 @@ def parser(prog=None):
 
 def _negatives_joined(p, argv):
     """argv with an option that takes a value followed by one that starts with '-' and a
-    digit (`--budget -5K`, `--lr -1e-3`) joined as `--budget=-5K`: argparse reads such a
+    digit, or is -inf or -nan (`--budget -5K`, `--lr -1e-3`, `--lr -inf`) joined as `--budget=-5K`: argparse reads such a
     value as an option and says only 'expected one argument'; joined, the option's own
     check says what is wrong with it."""
     import re
@@ -930,7 +941,7 @@ def _negatives_joined(p, argv):
         a = argv[i]
         act = acts.get(a)
         if act is not None and act.nargs is None and act.option_strings and \
-                i + 1 < len(argv) and re.match(r'-[0-9.]', argv[i + 1]):
+                i + 1 < len(argv) and re.match(r'-([0-9.]|(inf|infinity|nan)$)', argv[i + 1], re.I):
             out.append(f'{a}={argv[i + 1]}')
             i += 2
             continue
@@ -943,6 +954,17 @@ def _negatives_joined(p, argv):
 _PATHS = (('model', 'the model'), ('data_file', 'DATA'), ('data', 'the data'), ('dir', 'the folder'),
           ('log', 'the log'), ('weights', 'the weights file'), ('source', 'the source'),
           ('out', '-o'), ('out_file', 'OUT'), ('train_config', '--train-config'), ('test', '--test'))
+
+
+def _ctrl_c_within(e) -> bool:
+    """Whether exception e was raised because of a KeyboardInterrupt (its cause or context)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def main(argv=None):
@@ -998,6 +1020,11 @@ def main(argv=None):
             pass
         return 141
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
+        if _ctrl_c_within(e):
+            # (a Ctrl-C while a module loaded half way through a command: Python wraps it,
+            # 'error: Error calling __set_name__ on 'cached_property' instance ...', exit 2)
+            print(f'\nstopped (Ctrl-C): {a.cmd} did not finish', file=sys.stderr)
+            return 130
         from .files.validate import os_error_text
         where = next((getattr(a, k) for k in ('out', 'output', 'out_file', 'dir', 'flash')
                       if getattr(a, k, None)), None)

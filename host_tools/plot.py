@@ -28,21 +28,28 @@ def read_log(path, notes=None):
     if device(path):
         raise ValueError(device(path))
     try:
-        with open(path, newline='') as f:
+        with open(path, newline='', encoding='utf-8-sig') as f:   # (a BOM: a log saved
+            # by a Windows editor had been 'not a utrain train.log')
             rows = list(csv.reader(f))
     except UnicodeDecodeError:
         rows = []           # (a binary file: not a log)
+    if not rows and os.path.isfile(path) and not os.path.getsize(path):
+        # (a run stopped before it wrote its header, or a board's log pulled then: it had
+        # been 'not a utrain train.log', of the run's own)
+        raise ValueError(f'{path}: empty: the run logged nothing yet; plot it once the run has '
+                         'logged an epoch (a board\'s: `pull` it again then)')
     if not rows or not _header(rows[0]):
         raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...): give '
                          'the train.log that `run` or `pull` wrote, or a fleet\'s fleet.csv')
     head = rows[0]
     cols = {h: [] for h in head}
-    damaged = []
+    damaged, cut = [], False
     for k, r in enumerate(rows[1:], 2):
         if not r or r == head:      # (a header again: a board's earlier log cut short)
             continue
         if len(r) != len(head):
             damaged.append(f'line {k} has {len(r)} columns, expected {len(head)}')
+            cut = k == len(rows) and len(r) < len(head)     # (the last row, cut short)
             continue
         try:
             xs = [float(v) if v else None for v in r]
@@ -51,9 +58,19 @@ def read_log(path, notes=None):
             h, v = next((h, v) for h, v in zip(head, r) if v and not _number(v))
             damaged.append(f'line {k}: {h} {v!r} is not a number')
             continue
+        far = next(((h, v) for h, v, x in zip(head, r, xs) if x is not None and (
+            math.isfinite(x) and abs(x) > 3.5e38 or h == head[0] and not (
+                x == int(x) and 0 <= x <= 0xFFFFFFFF))), None) if all(
+            x is None or not math.isinf(x) for x in xs[:1]) else (head[0], r[0])
+        if far:
+            # (beyond what a board logs, float32 values and whole epochs: matplotlib's
+            # 'arange: cannot compute length' had ended the plot, naming no file)
+            damaged.append(f'line {k}: {far[0]} {far[1]} is beyond what a run logs')
+            continue
         for h, x in zip(head, xs):
             cols[h].append(None if x is None or math.isnan(x) else x)
-    if damaged and not cols[head[0]]:
+    cut_only = len(damaged) == 1 and cut      # (the first epoch's row cut by a power loss)
+    if damaged and not cols[head[0]] and not cut_only:
         raise ValueError(f'{path}: {damaged[0]}: not a utrain train.log (header epoch,loss,'
                          'metric,...): give the train.log that `run` or `pull` wrote')
     if damaged and notes is not None:
@@ -61,8 +78,11 @@ def read_log(path, notes=None):
                                                 if len(damaged) > 1 else '')
                      + ': left out (a row cut short, e.g. a board that lost power while '
                        'writing it); the other rows are plotted')
-    if not cols[head[0]]:
-        raise ValueError(f'{path}: no {head[0]}s logged yet')
+    if not cols[head[0]]:       # (had said what, not what to do)
+        raise ValueError(f'{path}: no {head[0]}s logged yet' + (
+            f' ({damaged[0]}: a row cut short)' if damaged else '') + (
+            '; plot it once the run has logged an epoch (a board\'s: `pull` it again then)'
+            if head[0] == 'epoch' else '; plot it once the fleet has run a round'))
     if head[0] != 'epoch':
         return cols
     # train.log is appended to: each fresh run starts again (at epoch 0, or 1 when it has

@@ -28,10 +28,12 @@ def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
     the output is also streamed here line by line as the board prints it.  resume: do not
     soft-reset first (needed for unix MicroPython, which exits on a soft reset).
     timeout: seconds, then BoardError (mpremote is killed)."""
-    if not port or ('/' in port and not os.path.exists(port)):
+    why = _not_a_port(port)
+    if why is not None:
         # (mpremote's words had been 'failed to access /dev/ttyACM1 (it may be in use by
-        # another program)' of a port that is not there)
-        raise BoardError(f'{port or "--port " + repr(port)}: no such port; give the one the '
+        # another program)' of a port that is not there, a shortcut with no device behind
+        # it, a file or folder, or a Windows name on Linux)
+        raise BoardError(f'{port or "--port " + repr(port)}: {why}; give the one the '
                          'board is on (`python -m mpremote devs` lists them: /dev/ttyACM0, '
                          '/dev/ttyUSB0, COM3), or an mpremote shortcut (a0, u0)')
     argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
@@ -72,6 +74,28 @@ def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
         raise BoardError(f'mpremote {args[0]} on {port} failed'
                          + (f': {err}' if err else f' (exit {p.returncode})'))
     return out
+
+
+def _not_a_port(port):
+    """Why port is none mpremote can connect to (None: it may be one): not there, an
+    mpremote shortcut (a0, u0, c0) whose device is not there, a file or a folder."""
+    import re
+    if not port:
+        return 'no such port'
+    short = re.fullmatch(r'([acu])(\d+)', port)
+    if short:
+        dev = {'a': '/dev/ttyACM', 'u': '/dev/ttyUSB', 'c': 'COM'}[short[1]] + short[2]
+        if os.name != 'nt' and short[1] != 'c' and not os.path.exists(dev):
+            return f'no such port (mpremote\'s {port} is {dev}, which is not there)'
+        return None
+    if os.path.isdir(port) or os.path.isfile(port):
+        return f'a {"folder" if os.path.isdir(port) else "file"}, not a serial port'
+    if '/' in port and not port.startswith(('rfc2217://', 'socket://', 'loop://')) \
+            and not os.path.exists(port):
+        return 'no such port'
+    if os.name != 'nt' and re.fullmatch(r'COM\d+', port, re.I):
+        return 'no such port (COMn names a port on Windows)'
+    return None
 
 
 def _ctrl_c(port) -> bool:

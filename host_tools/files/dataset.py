@@ -45,7 +45,8 @@ def load_npz(path):
     except (OSError, ValueError) as e:
         if isinstance(e, DataError):
             raise
-        raise DataError(f'{path}: not a readable .npz file ({e})') from None
+        from .validate import NPZ_AGAIN     # (had said what, not what to do)
+        raise DataError(f'{path}: not a readable .npz file ({e}): {NPZ_AGAIN}') from None
     return _checked(path, x, y)
 
 
@@ -131,8 +132,15 @@ def load_csv(path, label='last', inputs=None):
                                             ' (a comment line? remove it)' if
                                             row[j].lstrip().startswith('#') else ''))) from None
     except UnicodeDecodeError as e:
-        raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
-                        'expected') from None
+        # (what to do had been left unsaid: 'a CSV of numbers is expected', of one saved
+        # as Excel's 'Unicode Text' or in a Windows code page)
+        with open(path, 'rb') as f:
+            head = f.read(2)
+        raise DataError(f'{path}: ' + (
+            'UTF-16 text (Excel\'s "Unicode Text")' if head in (b'\xff\xfe', b'\xfe\xff') else
+            f'not UTF-8 text near byte {e.start} (another encoding: Latin-1, a Windows code '
+            'page)') + ': save it as UTF-8 ("CSV UTF-8" in Excel; pandas writes UTF-8: '
+            "to_csv(path, index=False))") from None
     except csv.Error as e:
         raise DataError(f'{path}: line {k + 2}: not a readable CSV row ({e})') from None
     if not rows:
@@ -622,6 +630,14 @@ def header(path, data=None):
     try:
         return _data.header(path, (_read(path, HEAD) if data is None else data)[:HEAD])
     except ValueError as e:     # (the board's own words, kept short: here what to do)
+        if 'not a utrain dataset' in str(e):
+            # (had said the magic, not what to do: a file of another kind named .ds, or
+            # one whose first bytes are damaged)
+            from ..formats.kinds import kind_of
+            kind = kind_of(_read(path, 4096) if data is None else data[:4096])
+            raise DataError(f'{path}: not a utrain dataset' + (
+                f' (it reads as {kind}); give the data as its own kind, by its own name'
+                if kind else f' (its first bytes are not a .ds file\'s): {DS_AGAIN}')) from None
         raise DataError(f'{e}: {DS_AGAIN}' if any(w in str(e) for w in (
             'damaged header', 'version', 'truncated')) else str(e)) from None
 

@@ -248,6 +248,10 @@ def npz_headers(path: str) -> dict:
                 raw = f.read(4096)
         except OSError:
             raw = None
+        if raw and raw[:4] == b'PK\x03\x04':
+            # (a zip's start, its directory at the end gone or its entries damaged: an .npz
+            # cut short had been 'it reads as a zip archive (an .npz of data?), not an .npz')
+            raise PrepareError(f'{path}: an .npz cut short or damaged ({e}): {NPZ_AGAIN}') from None
         kind = kind_of(raw) if raw and isinstance(e, zipfile.BadZipFile) else None
         what = (f'it reads as {kind}, not an .npz' + (
             ' (a CSV? it is read by its .csv name)' if kind == 'text' else '') if kind else
@@ -257,6 +261,10 @@ def npz_headers(path: str) -> dict:
                            'and y (np.savez(path, x=x, y=y)), a .csv, a .ds file or a folder of '
                            'class folders of images') from None
     return out
+
+
+# what to do about an .npz cut short or damaged
+NPZ_AGAIN = 'copy it again, or save it again (np.savez(path, x=x, y=y))'
 
 
 def check_npz(path: str) -> None:
@@ -270,17 +278,24 @@ def check_npz(path: str) -> None:
         if dtype.hasobject or dtype.kind not in 'biuf':
             raise PrepareError(f'{path}: array {name} holds {dtype} values; it must hold numbers' + (
                 ': give class numbers 0, 1, ... (np.unique(y, return_inverse=True)[1] numbers '
-                'text labels in sorted order)' if name == 'y' and dtype.kind in 'USO' else ''))
+                'text labels in sorted order)' if name == 'y' and dtype.kind in 'USO' else
+                # (x had been left at 'it must hold numbers': what to save instead)
+                f': save {name} as an array of numbers, one row a sample (np.asarray({name}, '
+                'np.float32); samples of different lengths make an object array: pad or cut '
+                'them to one length)'))
         if len(shape) == 0:
             raise PrepareError(f'{path}: array {name} is a single value (0-d); it must hold one '
                                'entry per sample')
         n = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if n > MAX_DATA_BYTES or size > MAX_DATA_BYTES:
             raise PrepareError(f'{path}: array {name} of shape {tuple(shape)} would take '
-                               f'{n / 2**30:.3g} GB; at most {MAX_DATA_BYTES >> 30} GB is loaded')
+                               f'{n / 2**30:.3g} GB; at most {MAX_DATA_BYTES >> 30} GB is loaded: '
+                               'give a part of the samples (x[:n], y[:n]); a file much smaller '
+                               f'than that is damaged: {NPZ_AGAIN}')
         if size < n:
             raise PrepareError(f'{path}: array {name} claims shape {tuple(shape)} '
-                               f'({n} bytes) but holds {size} bytes (truncated or corrupt)')
+                               f'({n} bytes) but holds {size} bytes (truncated or corrupt): '
+                               f'{NPZ_AGAIN}')
 
 
 def check_values(path: str, x, y) -> None:

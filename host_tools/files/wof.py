@@ -111,6 +111,13 @@ def _what_to_do(path, e, int8=False) -> str:
     if 'buffers, the model has' in str(e):
         return (f': {os.path.basename(path)} was not trained from this model; export it into '
                 'the model its folder was prepared from')
+    if 'must follow each other' in str(e):
+        # (its offset table whole, blocks of other sizes than the model's: a file of another
+        # model, copied into this folder; had been 'the file is cut short or damaged')
+        return (f': {os.path.basename(path)} holds tensors of other sizes than this model\'s: '
+                'it is of another model (copied in from another run folder?): export it from the '
+                'folder it was trained in, into the model that folder was prepared from; if it is '
+                'this folder\'s own, it is damaged: copy it again (`pull` from a board)')
     other = 'export the run folder\'s ' + ('trained.wof (the best epoch)' if str(path).endswith(
         '.ckpt') else 'checkpoint.ckpt (the last epoch saved)')
     if int8:        # (an int8 run's checkpoint is not exported: run it on to trained.wof)

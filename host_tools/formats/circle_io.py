@@ -279,7 +279,7 @@ def _buffer_bytes(path, raw: bytes, model, bi: int, what: str) -> bytes | None:
     bufs = model.buffers or []
     if not 0 <= bi < len(bufs):
         raise ModelError(path, f"{what} refers to buffer {bi}, but the model has "
-                               f"{len(bufs)} buffers")
+                               f"{len(bufs)} buffers" + AGAIN)
     b = bufs[bi]
     if b is None:
         return None
@@ -287,7 +287,7 @@ def _buffer_bytes(path, raw: bytes, model, bi: int, what: str) -> bytes | None:
         off, size = int(b.offset), int(b.size or 0)
         if off + size > len(raw):
             raise ModelError(path, f"buffer {bi} (offset {off}, size {size}) lies beyond "
-                                   f"the end of the file ({len(raw)} bytes): truncated?")
+                                   f"the end of the file ({len(raw)} bytes)" + AGAIN)
         return raw[off:off + size]
     if b.data is None or len(b.data) == 0:
         return None
@@ -296,20 +296,22 @@ def _buffer_bytes(path, raw: bytes, model, bi: int, what: str) -> bytes | None:
 
 
 def _tensor_data(path, ti: int, t, dtype: str, shape: list[int], payload: bytes):
-    n = int(np.prod(shape)) if shape else 1
+    # (the name decoded: it had been shown as b'w1')
+    name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else (t.name or "")
+    n = int(np.prod(shape, dtype=object)) if shape else 1
     if dtype in _NUMPY_DTYPES:
         npdt = _NUMPY_DTYPES[dtype]
         if len(payload) != n * npdt.itemsize:
-            raise ModelError(path, f"tensor {ti} ({t.name!r}): constant data has "
+            raise ModelError(path, f"tensor {ti} ({name!r}): constant data has "
                                    f"{len(payload)} bytes, but shape {shape} of "
-                                   f"{dtype} needs {n * npdt.itemsize}")
+                                   f"{dtype} needs {n * npdt.itemsize}" + AGAIN)
         return np.frombuffer(payload, dtype=npdt.newbyteorder("<")).astype(
             npdt, copy=True).reshape(shape)
     if dtype == "bfloat16":
         if len(payload) != 2 * n:
-            raise ModelError(path, f"tensor {ti} ({t.name!r}): constant data has "
+            raise ModelError(path, f"tensor {ti} ({name!r}): constant data has "
                                    f"{len(payload)} bytes, but shape {shape} of "
-                                   f"bfloat16 needs {2 * n}")
+                                   f"bfloat16 needs {2 * n}" + AGAIN)
         return np.frombuffer(payload, dtype="<u2").astype(np.uint16).reshape(shape)
     return np.frombuffer(payload, dtype=np.uint8).copy()
 
@@ -422,7 +424,7 @@ def _subgraph(path, raw: bytes, model, si: int):
         ttype = int(t.type or 0)
         dtype = TENSOR_TYPE_NAMES.get(ttype)
         if dtype is None:
-            raise ModelError(path, f"{at}tensor {ti}: unknown tensor type {ttype}")
+            raise ModelError(path, f"{at}tensor {ti}: unknown tensor type {ttype}" + AGAIN)
         shape = [int(s) for s in (t.shape if t.shape is not None else [])]
         name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else (t.name or "")
         bi = int(t.buffer or 0)
@@ -444,7 +446,7 @@ def _subgraph(path, raw: bytes, model, si: int):
         ci = int(o.opcodeIndex or 0)
         if not 0 <= ci < len(opcodes):
             raise ModelError(path, f"{at}operator {oi}: opcode index {ci} out of range "
-                                   f"({len(opcodes)} operator codes)")
+                                   f"({len(opcodes)} operator codes)" + AGAIN)
         oc = opcodes[ci]
         code = _op_code(oc)
         name = OP_NAMES.get(code, f"UNKNOWN_{code}")
@@ -454,7 +456,7 @@ def _subgraph(path, raw: bytes, model, si: int):
             for i in lst:
                 if not lo <= i < nt:
                     raise ModelError(path, f"{at}operator {oi} ({name}): {kind} tensor index "
-                                           f"{i} out of range ({nt} tensors)")
+                                           f"{i} out of range ({nt} tensors)" + AGAIN)
         options: dict = {}
         if not o.builtinOptionsType and name in _OPTIONS_NEEDED:
             raise ModelError(path, f"{at}operator {oi} ({name}): its {options_class_for(name)[0]} "
@@ -487,7 +489,8 @@ def _subgraph(path, raw: bytes, model, si: int):
             v = options.get(key)        # (WHILE, IF, CALL, CALL_ONCE: the subgraphs they run)
             if isinstance(v, int) and not 0 < v < len(model.subgraphs):
                 raise ModelError(path, f"{at}operator {oi} ({name}): its {key} {v} is not a "
-                                       f"subgraph of the file ({len(model.subgraphs)} subgraphs)")
+                                       f"subgraph of the file ({len(model.subgraphs)} subgraphs)"
+                                 + AGAIN)
         ops.append(Operator(oi, code, name, ins, outs, options, src=oi))
 
     gin = [int(i) for i in (sg.inputs if sg.inputs is not None else [])]
@@ -496,13 +499,13 @@ def _subgraph(path, raw: bytes, model, si: int):
         for i in lst:
             if not 0 <= i < nt:
                 raise ModelError(path, f"{at}subgraph {kind} tensor index {i} out of range "
-                                       f"({nt} tensors)")
+                                       f"({nt} tensors)" + AGAIN)
     return tensors, ops, gin, gout
 
 
 def _graph_from(path, raw: bytes, model) -> Graph:
     if not model.subgraphs:
-        raise ModelError(path, "model has no subgraphs")
+        raise ModelError(path, "model has no subgraphs" + AGAIN)
     tensors, ops, gin, gout = _subgraph(path, raw, model, 0)
 
     var = next((op for op in ops if op.name in _RESOURCE_OPS), None)

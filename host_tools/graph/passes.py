@@ -212,6 +212,10 @@ def parse_ranks(text, n_ops: int) -> dict:
         if rank not in RANKS or not op:
             raise PrepareError(f'--ranks {item!r}: expected OP:RANK with RANK one of '
                                f'{", ".join(RANKS)}')
+        if not op.startswith('last:') and not op.strip().lstrip('-').isdigit():
+            # (had been int()'s "invalid literal for int() with base 10: 'fc'")
+            raise PrepareError(f'--ranks {item!r}: {op!r} is no op: give an op\'s index (the '
+                               f'numbers `inspect` lists, 0 to {n_ops - 1}) or last:N')
         try:
             ops = parse_train(op, n_ops) if op.startswith('last:') else parse_train([int(op)], n_ops)
         except ValueError as e:

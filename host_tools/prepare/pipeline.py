@@ -2092,6 +2092,12 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
             raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
         base = rewritten
     g = read_model(base)
+    if base == model_path:
+        # (a damaged model given, a cycle, an op whose output two ops write, a tensor of
+        # no elements: its copy with the weights had been written, rc 0, a file no
+        # runtime runs; prepare and evaluate refuse it so)
+        from ..files.validate import runnable
+        runnable(g)
     g.device_tensors = summary.get('device_tensors', 0)    # (a model's inputs joined)
     if wof_path.endswith('.ckpt'):
         # a sparse update's optimizer state covers its rank only: the prepared folder's

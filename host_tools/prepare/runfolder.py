@@ -32,8 +32,8 @@ OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
 
 
 def too_long_to_stage(out_dir):
-    """PrepareError when out_dir's name fits its file system but its staging folder's
-    (staging_folder: the name + '.preparing') does not: the refusal had named
+    """PrepareError when out_dir's name, or its staging folder's (staging_folder: the
+    name + '.preparing'), does not fit its file system: the refusal had named
     OUT.preparing, a folder the user never gave, as 'too long'."""
     from ..files.locks import PREPARING
     name = os.fsencode(os.path.basename(os.path.normpath(out_dir)))
@@ -41,6 +41,10 @@ def too_long_to_stage(out_dir):
         most = os.pathconf(os.path.dirname(os.path.abspath(out_dir)), 'PC_NAME_MAX')
     except (OSError, ValueError):   # (a parent not there yet: the common limit)
         most = 255
+    if most < len(name):        # (also named as OUT.preparing, 'the name is too long')
+        raise PrepareError(f'{out_dir}: a name of {len(name)} bytes, over the file system\'s '
+                           f'{most} bytes a name: give -o a name of at most '
+                           f'{most - len(PREPARING)} bytes')
     if len(name) <= most < len(name) + len(PREPARING):
         raise PrepareError(f'{out_dir}: a name of {len(name)} bytes; prepare writes the folder '
                            f'first as that name + {PREPARING!r} beside it, over the file '

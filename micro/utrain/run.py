@@ -195,6 +195,8 @@ def main(cfg_path='train.json'):
     if keep:                 # trained.wof's test result, kept across runs
         rec = saving(out + '.best', aux, 'best', 'known', tr, out, test)
     train = Dataset(files['train'], not raw)
+    if not raw:     # (samples of another model, found after train.log's row 0 was written)
+        train.check(tr.x_shape, tr.y_shape)
     if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
         from utrain.prefix import drop
         drop(tr, (train, test))
