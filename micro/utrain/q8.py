@@ -697,15 +697,37 @@ class Q8Net:
         if self.wg is not None:
             self.wg.check()
 
+    def _fits(self, d, n, c):
+        # whether n int32 values d times c (> 0) stay within 2^29 in 1/65536 weight steps:
+        # |d| < 2^(k + 7) (k = nrk), c 2^k < 2^6 (no frexp: ~40 us a call on an RP2040):
+        # _dith's updates (q8batch.upd's too)
+        return c * (1 << K.nrk(d, n)) < 64.0
+
+    def _dith(self):
+        # _upd's h for updates in 1/65536 weight steps (within 2^30: _fits), rounded to
+        # 1/256 with it: a draw of upk's generator (0..255), one a layer's step (its
+        # chunks the same h: chunked as whole).  Unbiased, where rounding to the nearest
+        # made an update under 1/512 step 0, each step (issue 28: a layer whose updates
+        # all were never moved where float's weights did)
+        self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+        return r >> 22
+
     def _upd(self, L, i0, d, n, h=-1):
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
         # through the momentum velocity where there is one (v = mu v + d; w -= v: d = v);
-        # h >= 0 (no momentum): d in 1/65536 steps, (d + h) >> 8 in 1/256 (a dither)
+        # h >= 0: d in 1/65536 steps, (d + h) >> 8 in 1/256 (a dither: _dith), in vmk /
+        # vma's add to the velocity, else in upek / upmk
         v, f = L.vw, L.wf
         if v is not None or f is not None:
             j = i0 - L.wr()[0]      # (the index in the window's state)
         if v is not None:
-            self.seed = self.M.step(L, v, j, d, n, self.vmp, self.seed)
+            p = self.vmp
+            if h >= 0:
+                p[4], p[5] = h, 8
+            else:
+                p[4], p[5] = 0, 0
+            self.seed = self.M.step(L, v, j, d, n, p, self.seed)
+            h = -1                  # (d: the velocity, 1/256 steps)
         i0 -= L.wo
         w = memoryview(L.w)[i0:] if i0 else L.w
         if f is not None:           # exact, through the fractions
@@ -947,6 +969,10 @@ class Q8Net:
             K.dgk(gw, dz, L.x, L.zx, L.g)
             if lr is None:
                 B.unit(L, gw, n, 0, oc, 1, f, qmul, _mults)
+            elif self._fits(gw, n, f / min(d['sw'])):
+                _mults(L, gw, n, 0, oc, 1, f, 65536.0)
+                self._upd(L, 0, gw, n, self._dith())
+                return
             else:
                 _mults(L, gw, n, 0, oc, 1, f, u)
             self._put(L, 0, gw, n, lr)
@@ -974,6 +1000,7 @@ class Q8Net:
                 # at lr 0.01, float's weights moving); h < 2^30 keeps the sum in 31 bits
                 self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
                 p[3] = r >> (15 + e)
+        h = self._dith() if p is None and lr is not None else -1
         for o0 in range(L.wlo, L.whi, nc):
             m = min(nc, L.whi - o0)
             n = m * row
@@ -995,14 +1022,13 @@ class Q8Net:
                 continue
             if lr is None:      # (a batch's sums: q8batch.unit)
                 B.unit(L, gw, n, o0, m, row, f, qmul, _mults)
-            elif L.vw is None and (K.nrk(gw, n) + 7) + frexp(f / min(sw))[1] < 14:
+            elif self._fits(gw, n, f / min(sw)):
                 # in 1/65536 steps where they stay within 2^30, then to 1/256 with a
-                # dither (upek / upmk: h a draw): nearest rounding made an update under
-                # 1/512 step 0, each step (issue 28: a Keras int8 autoencoder's per-channel
-                # Dense layers at a small lr never moved where float's did)
+                # dither h (_dith; with momentum too): nearest rounding made an update
+                # under 1/512 step 0, each step (issue 28: a Keras int8 autoencoder's
+                # per-channel Dense layers at a small lr never moved where float's did)
                 _mults(L, gw, n, o0, m, row, f, 65536.0)
-                self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
-                self._upd(L, o0 * row, gw, n, r >> 22)
+                self._upd(L, o0 * row, gw, n, h)
                 continue
             else:
                 _mults(L, gw, n, o0, m, row, f, u)

@@ -35,18 +35,22 @@ def upd(net, L, lr, scale, qmul):
         _adam(net, L, lr, scale, n)
     else:
         if n:   # w_q -= lr * scale * ga 2^-gk weight steps (unit), as 1/256 steps for upk
-            m, s = L.um[0], L.us[0] = qmul(lr * scale * 256.0 * 2.0 ** -L.gk[0])
+            c = lr * scale * 2.0 ** -L.gk[0]
+            # (in 1/65536 steps where they stay within 2^30, rounded to 1/256 with a
+            # dither, Q8Net._dith: to the nearest, an update under 1/512 step was 0)
+            f = net._fits(ga, n, c)
+            m, s = L.um[0], L.us[0] = qmul(c * (65536.0 if f else 256.0))
             if L.uk is not None:    # (_mults' kept multipliers: um[0] is not theirs now;
                 L.uk = None         # written only then: a new instance attribute grows
                 #                     the layer's dict mid-run, a hole where it was)
-            if s > 0:       # (a sum unit past 1/256 step: ga << s within 32 bits, a
-                c = 2147483647 >> s     # step of 2^23 weight steps is past any weight)
+            if s > 0 and not f:     # (a sum unit past 1/256 step: ga << s within 32
+                c = 2147483647 >> s     # bits, a step of 2^23 weight steps is past any)
                 for i in range(n):
                     v = ga[i]
                     if v > c or v < -c:
                         ga[i] = c if v > 0 else -c
             K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
-            net._upd(L, w0, ga, n)
+            net._upd(L, w0, ga, n, net._dith() if f else -1)
         if L.sb:
             return
         vb, mu = L.vb, net.mom

@@ -6,7 +6,8 @@
 import micropython
 from array import array
 
-_T = array('i', [0, 0, 0, 69069, 32767, 65535])    # mu, state, n, the LCG's a, clamps
+# mu, state, n, the LCG's a, clamps, d's dither h and shift sh
+_T = array('i', [0, 0, 0, 69069, 32767, 65535, 0, 0])
 
 
 @micropython.asm_thumb
@@ -14,7 +15,8 @@ def _vm(r0, r1, r2):
     # r0 v (int16), r1 d (int32), r2 _T.  v[i] = clamp(mu v + d[i]) (+-32767), d[i] =
     # v[i]; mu v = (v mu) >> 15, plus 1 when its low 15 bits exceed bits 12..26 of the
     # LCG's next state (s = (69069 s + 1) mod 2^30, drawn when v mu != 0).  d[i] is
-    # clamped to +-65535 before the add (|mu v| <= 2^15: the same result, no int32 wrap)
+    # taken as (d[i] + h) >> sh, then clamped to +-65535 before the add (|mu v| <= 2^15:
+    # the same result, no int32 wrap)
     ldr(r3, [r2, 8])         # n
     cmp(r3, 0)
     ble(END)
@@ -47,6 +49,10 @@ def _vm(r0, r1, r2):
     mov(r6, r4)
     label(ADD)
     ldr(r4, [r1, 0])         # d[i]
+    ldr(r7, [r2, 24])
+    add(r4, r4, r7)
+    ldr(r7, [r2, 28])
+    asr(r4, r7)              # (d[i] + h) >> sh
     mov(r7, r12)
     ldr(r7, [r7, 20])        # 65535
     cmp(r4, r7)
@@ -82,8 +88,10 @@ def _vm(r0, r1, r2):
 
 
 def vmk(v, d, n, p):
-    # q8mom.vmk: p[0] mu as round(mu 2^15), p[1] the generator's state (left there)
+    # q8mom.vmk: p[0] mu as round(mu 2^15), p[1] the generator's state (left there),
+    # p[4], p[5] d's dither and shift
     t = _T
     t[0], t[1], t[2] = p[0], p[1], n
+    t[6], t[7] = p[4], p[5]
     _vm(v, d, t)
     p[1] = t[1]

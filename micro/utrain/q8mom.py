@@ -66,14 +66,16 @@ def step(L, v, j, d, n, p, seed):
 @micropython.viper
 def vma(v, d, n: int, p):
     # int8 velocities v[i] in 2^e 1/256 weight steps (e = p[2]): d[i] = mu v[i] + d[i]
-    # (1/256 steps, within +-32767; mu v rounded stochastically as vmk's, p[0], p[1]),
-    # the largest |d[i]| left in p[3]
+    # (1/256 steps, within +-32767; mu v rounded stochastically, d[i] taken as (d[i] +
+    # h) >> sh, as vmk's, p[0], p[1], p[4], p[5]), the largest |d[i]| left in p[3]
     pv = ptr8(v)
     pd = ptr32(d)
     pp = ptr32(p)
     m = int(pp[0])
     s = int(pp[1])
     e = int(pp[2])
+    hf = int(pp[4])
+    sh = int(pp[5])
     mx = 0
     for i in range(n):
         x = int(pv[i])
@@ -88,8 +90,8 @@ def vma(v, d, n: int, p):
                 q += 1
         u = int(pd[i])
         h = u >> 16
-        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
-        r = q + u
+        u = (((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)) + hf
+        r = q + (u >> sh)
         if r > 32767:
             r = 32767
         if r < -32767:
@@ -163,7 +165,8 @@ def setup(net, batch, qmul, _i32):
     mu = net.mom
     net.mum, net.mus = _i32(1), _i32(1)
     net.mum[0], net.mus[0] = qmul(mu)
-    net.vmp = array('i', [int(round(mu * 32768)), 0, 0, 0])     # (and step's e, max |r|)
+    # (and step's e, max |r|; vmk / vma's dither h, shift: Q8Net._upd's)
+    net.vmp = array('i', [int(round(mu * 32768)), 0, 0, 0, 0, 0])
 
 
 @micropython.viper
@@ -171,12 +174,15 @@ def vmk(v, d, n: int, p):
     # v[i] = mu v[i] + d[i] (int16; d int32, both 1/256 weight steps), held within
     # +-32767, and d[i] = v[i] (what upk / upek apply); mu v rounded stochastically:
     # p[0] = round(mu 2^15) (<= 2^15), p[1] the generator's state (q8kern.upk's LCG,
-    # one draw per nonzero v[i], in order), left in p[1]
+    # one draw per nonzero v[i], in order), left in p[1]; d[i] taken as (d[i] + h) >> sh,
+    # p[4] = h, p[5] = sh (0, 0: as it is; h a dither, 8: d in 1/65536 steps, Q8Net._dith)
     pv = ptr16(v)
     pd = ptr32(d)
     pp = ptr32(p)
     m = int(pp[0])
     s = int(pp[1])
+    hf = int(pp[4])
+    sh = int(pp[5])
     for i in range(n):
         t = (((int(pv[i]) & 0xffff) ^ 0x8000) - 0x8000) * m        # |t| <= 2^30
         q = 0
@@ -187,8 +193,8 @@ def vmk(v, d, n: int, p):
                 q += 1
         u = int(pd[i])
         h = u >> 16
-        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
-        r = q + u
+        u = (((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)) + hf
+        r = q + (u >> sh)
         if r > 32767:
             r = 32767
         if r < -32767:

@@ -218,11 +218,11 @@ def upek(w, e, d, p):
 
 
 def vmk(v, d, n, p):
-    # q8mom.vmk: v = mu v (stochastically rounded, the same draws in order) + d, held
-    # within +-32767, written to v (int16) and d
+    # q8mom.vmk: v = mu v (stochastically rounded, the same draws in order) + (d + h) >>
+    # sh (p[4], p[5]), held within +-32767, written to v (int16) and d
     if n <= 0:
         return
-    pp = np.frombuffer(p, I32, 2)
+    pp = np.frombuffer(p, I32, 6)
     m, s0 = int(pp[0]), int(pp[1])
     vv = np.frombuffer(v, np.int16, n)
     t = vv.astype(I64) * m
@@ -233,7 +233,7 @@ def vmk(v, d, n, p):
         tt = t[nz]
         q[nz] = (tt >> 15) + ((tt & 0x7fff) > ((s >> 12) & 0x7fff))
         pp[1] = s[-1]
-    r = np.clip(q + _i32(d, n).astype(I64), -32767, 32767)
+    r = np.clip(q + ((_i32(d, n).astype(I64) + int(pp[4])) >> int(pp[5])), -32767, 32767)
     vv[:] = r.astype(np.int16)
     _i32(d, n)[:] = r.astype(I32)
 

@@ -42,6 +42,16 @@ def _x(r):
     return r.integers(-120, 121, (T, C)).astype(np.int8)
 
 
+def _uses(net, g):
+    """{weight name: how many layers read it} (a copy's name without its step)."""
+    out = {}
+    for L in net.layers:
+        if L.w is not None:
+            k = g.tensors[L.d['wt']].name[:2]
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
 def _named(net, g, got):
     """{weight name: its spied update}: spy_updates' list (one per layer, in the order
     applied) keyed by the weight tensor each update moved, a copy's name without its
@@ -109,7 +119,8 @@ def test_one_update_the_summed_gradient(tmp_path, spy, kind, pc):
     """SGD batch 1: each shared weight moves once a step, by lr times the finite
     differences of the dequantized float graph (the sum over its uses: cosine > 0.98 on
     five of six samples, norm within 25 %), and the unshared model (a copy a layer, the same values) moves its
-    copies by updates that sum to it (within a 1/256 step: each rounded apart)."""
+    copies by updates that sum to it (each rounded apart to 1/256 step, with a dither:
+    within a 1/256 step each, the shared one's and every copy's)."""
     path, fwd, ss, sx = build_int8_shared(tmp_path / 's.tflite', kind, pc=pc)
     pcp = build_int8_shared(tmp_path / 'c.tflite', kind, copies=True, pc=pc)[0]
     g, m = _table(tmp_path / 's', path)
@@ -137,7 +148,7 @@ def test_one_update_the_summed_gradient(tmp_path, spy, kind, pc):
             cos = float((upd * ref).sum() / (np.linalg.norm(upd) * np.linalg.norm(ref)))
             cs.setdefault(k, []).append(cos)
             assert 0.8 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.25, (k, i)
-            assert np.abs(us[k] - uc[k]).max() <= 1.0, (k, i)
+            assert np.abs(us[k] - uc[k]).max() < _uses(netc, gc)[k] + 1, (k, i)
             assert np.abs(us[k]).max() > 5
     for k in cs:
         # (one sample of the six may differ more: the int8 model's own gradient, e.g. a
@@ -149,7 +160,7 @@ def test_one_update_the_summed_gradient(tmp_path, spy, kind, pc):
 @pytest.mark.parametrize('kind', ['td', 'rnn'])
 def test_batch_sums_and_adam_move_the_one_tensor(tmp_path, spy, kind):
     """SGD at batch 2 (accum, apply): the shared weight's update is the unshared model's
-    copies' summed (within a step); Adam updates the one tensor once a batch (its master
+    copies' summed (within a 1/256 step a copy and one: each rounded with a dither); Adam updates the one tensor once a batch (its master
     and moments: the first use's) and the layers keep reading one buffer."""
     path = build_int8_shared(tmp_path / 's.tflite', kind)[0]
     pcp = build_int8_shared(tmp_path / 'c.tflite', kind, copies=True)[0]
@@ -166,8 +177,9 @@ def test_batch_sums_and_adam_move_the_one_tensor(tmp_path, spy, kind):
             net.accum(bytearray(xq.tobytes()), i)
         net.apply(0.01, 0.5)
         ups.append(_named(net, gg, spy.pairs()))
+    uses = _uses(net, gc)
     for k in ups[0]:
-        assert np.abs(ups[0][k] - ups[1][k]).max() <= 1.0, k
+        assert np.abs(ups[0][k] - ups[1][k]).max() < uses[k] + 1, k
         assert np.abs(ups[0][k]).max() > 3, k
     net = Q8Net(m, str(tmp_path / 's' / 'weights.wof'))
     net.setup('adam', 1)

@@ -151,26 +151,32 @@ def _ref(net, m, xq, label):
 
 
 def _spy(monkeypatch):
-    """[(weight buffer, first weight, update)] of every q8kern.upk call and q8kern.upek
-    call (a convolution's exact update through its weights' fractions) (1/256 steps)."""
+    """[(weight buffer, first weight, update)] of every q8kern.upk, upek (a convolution's
+    exact update through its weights' fractions) and upmk call (1/256 steps; upek / upmk's
+    d times m 2^-sh before its dither h: in 1/65536 steps at m 1, sh 8, Q8Net._dith)."""
     got = []
-    real, realf = K.upk, K.upek
+    real, realf, realm = K.upk, K.upek, K.upmk
 
-    def keep(w, d, n):
+    def keep(w, d, n, m=0, sh=0):
         base = w.obj if isinstance(w, memoryview) else w
         i0 = len(base) - len(w) if isinstance(w, memoryview) else 0
-        got.append((base, i0, np.array(d[:n], np.float64)))
+        u = np.array(d[:n], np.float64)
+        got.append((base, i0, u * m * 2.0 ** (8 - sh) / 256 if m else u))
 
     def spy(w, d, n, seed):
         keep(w, d, n)
         return real(w, d, n, seed)
 
     def spyf(w, f, d, p):
-        assert p[1] == 0            # (unscaled: the FC's one-pass scaling is upmk's)
-        keep(w, d, p[0])
+        keep(w, d, p[0], p[1], p[2])
         return realf(w, f, d, p)
+
+    def spym(w, d, n, p):
+        keep(w, d, n, p[1], p[2])
+        return realm(w, d, n, p)
     monkeypatch.setattr(K, 'upk', spy)
     monkeypatch.setattr(K, 'upek', spyf)
+    monkeypatch.setattr(K, 'upmk', spym)
     return got
 
 
@@ -416,7 +422,8 @@ def test_momentum_velocities_follow_a_float_velocity(tmp_path, monkeypatch, sche
         base = v.obj if isinstance(v, memoryview) else v
         j = (len(base) - len(v)) // 2 if isinstance(v, memoryview) else 0
         f = ref.setdefault(id(base), np.zeros(len(base) // 2))
-        f[j:j + n] = mu * f[j:j + n] + np.array(d[:n], np.float64)
+        # (d in 1/65536 steps taken dithered to 1/256, p[4], p[5]: Q8Net._dith)
+        f[j:j + n] = mu * f[j:j + n] + ((np.array(d[:n], np.int64) + p[4]) >> p[5])
         real(v, d, n, p)
         seen.append((np.array(d[:n], np.float64), np.frombuffer(bytes(v)[:2 * n], np.int16)))
 
@@ -484,8 +491,8 @@ def test_int8_velocities_follow_a_float_velocity_and_resume(tmp_path, monkeypatc
 
     def spy(v, d, k, p):
         nonlocal ref
-        if k == n:
-            ref = mu * ref + np.array(d[:k], np.float64)
+        if k == n:      # (d dithered to 1/256 steps, p[4], p[5]: Q8Net._dith)
+            ref = mu * ref + ((np.array(d[:k], np.int64) + p[4]) >> p[5])
         real(v, d, k, p)
         if k == n:
             gaps.append(np.array(d[:k], np.float64) - ref)
@@ -541,7 +548,7 @@ def test_momentum_kernel_rounds_stochastically_and_holds_its_range():
     out = []
     for k in (M.vmk, M.py_vmk):
         v, d = bytearray(v0.tobytes()), array('i', d0.tolist())
-        p = array('i', [int(round(mu * 32768)), 777])
+        p = array('i', [int(round(mu * 32768)), 777, 0, 0, 0, 0])
         k(v, d, n, p)
         out.append((bytes(v), list(d), p[1]))
     assert out[0] == out[1]
@@ -552,7 +559,7 @@ def test_momentum_kernel_rounds_stochastically_and_holds_its_range():
     assert abs((got - exact)[300:].mean()) < 0.02
     v = bytearray(v0[200:300].tobytes())
     z = array('i', [0] * 100)
-    p = array('i', [int(round(mu * 32768)), 5])
+    p = array('i', [int(round(mu * 32768)), 5, 0, 0, 0, 0])
     for _ in range(150):
         M.vmk(v, z, 100, p)
         z = array('i', [0] * 100)
@@ -1760,6 +1767,9 @@ def test_sgd_over_the_limit_drops_weight_fractions_where_that_fits(tmp_path, mon
                                                        real(w, d, n, sd))[1])
     monkeypatch.setattr(K, 'upek', lambda w, f, d, p: (seen.append(('upek', mine(w))),
                                                        realf(w, f, d, p))[1])
+    realm = K.upmk      # (upk's rounding from 1/65536 steps: Q8Net._dith)
+    monkeypatch.setattr(K, 'upmk', lambda w, d, n, p: (seen.append(('upk', mine(w))),
+                                                       realm(w, d, n, p))[1])
     net.step(_sample(0), 1, 0.05)
     assert ('upk', True) in seen and ('upek', True) not in seen, seen
     monkeypatch.undo()

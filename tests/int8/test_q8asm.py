@@ -53,7 +53,7 @@ def test_viper_matches_plain_python(tmp_path):
     assert r.returncode == 0, r.stderr
     got = digests(r.stdout)['kern']
     want = plain_python()
-    assert len(want) == 161 and got == want
+    assert len(want) == 184 and got == want
 
 
 @pytest.mark.slow

@@ -239,6 +239,22 @@ def run(r, name, k):
         for q in (array('i', [n, p[1], sh, p[3]]), array('i', [n, 0, 0, 0])):
             k['upek'](w, e, d, q)
         out.append(('upe%d' % i, w, e))
+    # upmk / upek at m 1, sh 8 (Q8Net._dith: d in 1/65536 steps within 2^29, rounded to
+    # 1/256 with a dither h under 256): d at several sizes, the ends, -1, zeros
+    for i, (n, big, h, seed) in enumerate(((1, 1 << 8, 0, 5), (37, 1 << 12, 255, 11),
+                                           (300, 1 << 29, 128, 3), (64, 1 << 17, 77, 9))):
+        d = r.ints(n, big)
+        for j in range(0, n, 5):
+            d[j] = 0
+        if n > 3:
+            d[1], d[2], d[3] = (1 << 29) - 1, 1 - (1 << 29), -1
+        w = r.bytes(n)
+        s = k['upmk'](w, d, n, array('i', [seed, 1, 8, h, 69069]))
+        out.append(('upf%d' % i, w, array('i', [s])))
+        w, e = r.bytes(n), r.bytes(n)
+        for _ in range(2):
+            k['upek'](w, e, d, array('i', [n, 1, 8, h]))
+        out.append(('uef%d' % i, w, e))
     # ubek: int32 biases and their kept fractions (SGD's integer bias step), steps in
     # 2^-(8 + j) bias steps, twice; biases pushed past +-(2^31 - 1) held there
     for i, (n, j) in enumerate(((1, 0), (37, 3), (300, 8))):
@@ -397,32 +413,35 @@ def run(r, name, k):
     # q8mom.vmk: v = clamp(mu v + d) (+-32767, int16 in bytes), d = v, mu v stochastically
     # rounded (a draw a nonzero v mu, the state left in p[1]): random, the clamps at both
     # ends and d beyond them, zeros (no draw), mu 1 and 0, one value, none, a view past
-    # the start
-    for i, (n, mu, seed, big) in enumerate(((50, 29491, 12345, 1 << 12), (9, 32768, 7, 1 << 16),
-                                            (6, 0, 99, 1 << 8), (1, 16384, 1, 3),
-                                            (0, 29491, 5, 1), (40, 31130, 1 << 29, 1 << 30))):
+    # the start; d taken as (d + h) >> sh (a dither, d in 1/65536 steps: Q8Net._dith)
+    for i, (n, mu, seed, big, h, sh) in enumerate((
+            (50, 29491, 12345, 1 << 12, 0, 0), (9, 32768, 7, 1 << 16, 0, 0),
+            (6, 0, 99, 1 << 8, 0, 0), (1, 16384, 1, 3, 0, 0), (0, 29491, 5, 1, 0, 0),
+            (40, 31130, 1 << 29, 1 << 30, 0, 0), (50, 29491, 321, 1 << 20, 173, 8),
+            (9, 32768, 9, 1 << 25, 255, 8), (40, 31130, 77, 1 << 29, 0, 8))):
         v = r.bytes(2 * n + 4)
         d = r.ints(n + 1, big)
         for q, (a, b) in enumerate(((0x7fff, 100), (0x8001, -100), (0, 5), (0xffff, 0),
                                     (1, 65535), (0x8000, -65536))[:n]):
             v[2 * q + 2], v[2 * q + 3], d[q] = a & 255, a >> 8, b
-        p = array('i', [mu, seed])
+        p = array('i', [mu, seed, 0, 0, h, sh])
         k['vmk'](memoryview(v)[2:], d, n, p)
         out.append(('vm%d' % i, v, d, p))
     # q8mom.vma / vqb / sb (momentum's int8 velocities, 'v8'): d = clamp(mu v 2^e + d)
     # (+-32767, mu v stochastically rounded), the largest |d| in p[3]; v = d / 2^e rounded
     # stochastically, held within +-127; v times 2^-k at a stride (k > 0 rounded, k < 0
     # exactly, held): random, the clamps, e 0 and 8, zeros, none, a view past the start
-    for i, (n, mu, seed, e, big) in enumerate(((50, 29491, 12345, 3, 1 << 12),
-                                               (9, 32768, 7, 8, 1 << 16), (6, 0, 99, 0, 1 << 8),
-                                               (1, 16384, 1, 5, 3), (0, 29491, 5, 2, 1),
-                                               (40, 31130, 1 << 29, 7, 1 << 30))):
+    for i, (n, mu, seed, e, big, h, sh) in enumerate((
+            (50, 29491, 12345, 3, 1 << 12, 0, 0), (9, 32768, 7, 8, 1 << 16, 0, 0),
+            (6, 0, 99, 0, 1 << 8, 0, 0), (1, 16384, 1, 5, 3, 0, 0), (0, 29491, 5, 2, 1, 0, 0),
+            (40, 31130, 1 << 29, 7, 1 << 30, 0, 0), (50, 29491, 321, 3, 1 << 20, 173, 8),
+            (9, 32768, 9, 8, 1 << 25, 255, 8))):
         v = r.bytes(n + 2)
         d = r.ints(n + 1, big)
         for q, (a, b) in enumerate(((127, 100), (129, -100), (0, 5), (255, 0), (1, 40000),
                                     (128, -40000))[:n]):
             v[q + 1], d[q] = a, b
-        p = array('i', [mu, seed, e, 0])
+        p = array('i', [mu, seed, e, 0, h, sh])
         k['vma'](memoryview(v)[1:], d, n, p)
         out.append(('va%d' % i, v, d, p))
         k['vqb'](memoryview(v)[1:], d, n, p)
