@@ -53,6 +53,11 @@ def _i32(n, data=None, tc='i'):
         return a
 
 
+# MicroPython: a stream's readinto takes a count (its memoryview has no cast, with the
+# viper kernels or without: a firmware without the native emitter, its decorators stripped)
+_RC = K.VIPER or not hasattr(memoryview, 'cast')
+
+
 def _b8(a):
     # int32 array a's bytes: a view (CPython), a itself (viper's ptr8 reads them), or a
     # buffer of its size (no viper)
@@ -308,7 +313,7 @@ class Layer:
             # buffer itself for viper and assembler kernels; read by _read, a call less)
             wa = (wa if K.VIPER else wa.cast('B'), b[k:k + e],
                   (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e]))
-        xv = yv = None  # (views made once a call, and only for a row past the first: heap)
+        xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         sy = 'yg' not in d      # (y bytes, not the int32 gradient buffer's on a board)
         nc = nw or nc
         # (the kernels and the zero points and clamps in locals: a chunk's rows cost
@@ -333,18 +338,11 @@ class Layer:
                 gs[10] = r
                 gs[8] = ph + a - r0 * sh
                 gs[0] = H - a
-                if a:
-                    if xv is None:
-                        xv = memoryview(x)
-                    ck(acc, xv[a * xrow:], zx, gs, w, bv)
-                else:
-                    ck(acc, x, zx, gs, w, bv)
-                if n == O or c == n and sy:     # (into y: rows O apart for a chunk, no
-                    q = r0 * OW * O + (0 if n == O else o0)     # copy after)
-                    if q and yv is None:
-                        yv = memoryview(y)
-                    rq(acc, r * OW * n, c, 1, mv, sv, yv[q:] if q else y, zy, lo, hi,
-                       0 if n == O else O)
+                ck(acc, xv[a * xrow:] if a else x, zx, gs, w, bv)
+                if n == O:
+                    rq(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], zy, lo, hi, 0)
+                elif c == n and sy:     # (into y, rows O apart: no copy after)
+                    rq(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], zy, lo, hi, O)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     rq(acc, r * OW * n, c, 1, mv, sv, a8, zy, lo, hi, 0)
@@ -413,7 +411,7 @@ class Q8Net:
         f.seek(off)
         if not n:
             f.readinto(buf)
-        elif K.VIPER:   # (readinto's count: no view, heap the collector comes back for)
+        elif _RC:       # (readinto's count: no view, heap the collector comes back for)
             f.readinto(buf, n)
         else:
             f.readinto(memoryview(buf).cast('B')[:n])
@@ -442,7 +440,7 @@ class Q8Net:
         qm, qs = q = q or self.qq
         if c == 1:
             o0, n = 0, 1
-        v, n = K.VIPER, 4 * n     # (bytes: readinto's count on a board, no view)
+        v, n = _RC, 4 * n         # (bytes: readinto's count on a board, no view)
         f.seek(d['ro'] + 4 * (h * c + o0))
         f.readinto(qm, n) if v else f.readinto(memoryview(qm).cast('B')[:n])
         g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
