@@ -1015,7 +1015,7 @@ class Q8Net:
                 # update under 1/512 step to 0, each step, and a layer whose updates all
                 # were never moved (issue 28: a float autoencoder's first Dense as int8
                 # at lr 0.01, float's weights moving); h < 2^30 keeps the sum in 31 bits
-                self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+                self.seed = r = K.lcg(self.seed)
                 p[3] = r >> (15 + e)
         o0 = L.wlo
         fe = None   # (frexp(f / min(sw))[1], made once a call: a tuple and floats, heap)
@@ -1055,7 +1055,7 @@ class Q8Net:
                     # 1/512 step 0, each step (issue 28: a Keras int8 autoencoder's
                     # per-channel Dense layers at a small lr never moved where float's did)
                     _mults(L, gw, n, o0, m, row, f, 65536.0)
-                    self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+                    self.seed = r = K.lcg(self.seed)
                     self._upd(L, o0 * row, gw, n, r >> 22)
                     o0 = o1
                     continue
@@ -1207,8 +1207,12 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         # shifts move by f's exponent (a float step a channel cost ~150 us on a Cortex-M0+)
         # (uk: a list kept, changed in place: a new tuple a step was heap)
         fr, e = frexp(f)
+        v = u
+        if u == 65536.0:    # (the dithered update's unit: 2^8 times 256's, exactly, so
+            e += 8          # the same multipliers, their shifts 8 more; made again at
+            v = 256.0       # each switch between the two, they were 1 KB a step)
         k = L.uk
-        if k is None or k[0] != fr or k[2] != u or not (
+        if k is None or k[0] != fr or k[2] != v or not (
                 -100 < k[3] + e - k[1] and k[4] + e - k[1] < 100):
             a = b = 0
             for j in range(w):
@@ -1220,7 +1224,7 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
                     b = t
             if k is None:
                 L.uk = k = [0, 0, 0, 0, 0]
-            k[0], k[1], k[2] = fr, e, u
+            k[0], k[1], k[2] = fr, e, v
             k[3], k[4] = a, b
         elif e != k[1]:
             t = e - k[1]
