@@ -62,3 +62,34 @@ def test_int8_sgd_step_garbage_stays_small(tmp_path):
     # 64-bit: 4.5 KB a step before, 2.4 KB now; 32-bit builds about half (2.6 -> 1.4 KB)
     bound = 3000 if runner.simulator_word() == 8 else 1700
     assert n <= bound, n
+
+
+def test_kept_update_multipliers_across_the_dithered_unit_match_fresh_ones():
+    """_mults keeps a layer's per-channel multipliers while f's mantissa stays (a step's
+    shifts move by its exponent); the dithered update's unit 65536 shares them with 256's
+    (2^8 apart: the same multipliers, shifts 8 more) instead of making them again at each
+    switch.  Kept or made afresh, the same rescaled sums."""
+    import sys
+    from array import array
+    sys.path.insert(0, os.path.join(ROOT, 'micro'))
+    from utrain import q8
+
+    class L:
+        pass
+    rng = np.random.default_rng(1)
+    oc, row = 6, 5
+    kept, fresh = L(), L()
+    for a in (kept, fresh):
+        a.d = {'sw': array('f', rng.uniform(0.001, 0.05, oc).astype(np.float32))}
+        a.um, a.us = array('i', [0] * oc), array('i', [0] * oc)
+        a.wlo, a.whi, a.uk = 0, oc, None
+    fresh.d['sw'] = kept.d['sw']
+    for step in range(40):
+        f = float(np.float32(0.37 * 2.0 ** int(rng.integers(-30, -10))))
+        u = 65536.0 if rng.random() < 0.5 else 256.0
+        g = array('i', rng.integers(-2 ** 14, 2 ** 14, oc * row).tolist())
+        a, b = array('i', g), array('i', g)
+        fresh.uk = None
+        q8._mults(kept, a, oc * row, 0, oc, row, f, u)
+        q8._mults(fresh, b, oc * row, 0, oc, row, f, u)
+        assert a == b, step
