@@ -53,6 +53,11 @@ def _i32(n, data=None, tc='i'):
         return a
 
 
+# MicroPython: a stream's readinto takes a count (its memoryview has no cast, with the
+# viper kernels or without: a firmware without the native emitter, its decorators stripped)
+_RC = K.VIPER or not hasattr(memoryview, 'cast')
+
+
 def _b8(a):
     # int32 array a's bytes: a view (CPython), a itself (viper's ptr8 reads them), or a
     # buffer of its size (no viper)
@@ -104,10 +109,32 @@ class Layer:
     def wr(self):
         # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
         # depthwise layer's (its channels are strided: the window by zero multipliers)
-        oc, row, blk = self.geo()
         if self.whi <= self.wlo:
             return 0, 0
-        return (0, oc * row) if self.k == DW else (self.wlo * row, self.whi * row)
+        w0 = self.w0()
+        return w0, w0 + self.nw()
+
+    def w0(self):
+        # wr()[0] (no tuple: a step asks for it a chunk at a time, and a tuple is heap)
+        if self.whi <= self.wlo or self.k == DW:
+            return 0
+        return self.wlo * self.row()
+
+    def nw(self):
+        # the weights that train, wr()[1] - wr()[0]
+        if self.whi <= self.wlo:
+            return 0
+        if self.k == DW:
+            return self.d['g'][3] * self.row()
+        return (self.whi - self.wlo) * self.row()
+
+    def row(self):
+        # geo()[1], the weights per output channel
+        d = self.d
+        if self.k == FC:
+            return d['nin']
+        gm = d['g']
+        return gm[4] * gm[5] * gm[2] if self.k == CONV else gm[4] * gm[5]
 
     def set_bias(self):
         # the float bias (made here on first use; Adam's float master too) from the int32
@@ -155,14 +182,8 @@ class Layer:
 
     def geo(self):
         # (output channels, weights per channel, blk): weight i's channel is (i // blk) % oc
-        d = self.d
-        if self.k == FC:
-            return self.nout, d['nin'], d['nin']
-        gm = d['g']
-        if self.k == CONV:
-            r = gm[4] * gm[5] * gm[2]
-            return gm[3], r, r
-        return gm[3], gm[4] * gm[5], 1
+        r = self.row()
+        return (self.nout if self.k == FC else self.d['g'][3]), r, (1 if self.k == DW else r)
 
     def forward(self, x, x2=None):
         if self.back:
@@ -265,7 +286,13 @@ class Layer:
         buffer), and for a streamed CONV_2D a chunk of output channels at a time."""
         acc, gs, d = self.acc, self.gs, self.d
         K.cpk(gs, gm, 14)
-        OH, OW, O, sh, ph, H = gm[10], gm[11], gm[3], gm[6], gm[8], gm[0]
+        # (one name a statement: more than three at once build a tuple, heap)
+        OH = gm[10]
+        OW = gm[11]
+        O = gm[3]
+        sh = gm[6]
+        ph = gm[8]
+        H = gm[0]
         xrow = gm[1] * gm[2]
         nc = d.get('nc', O) if self.k == CONV else O
         row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
@@ -291,7 +318,8 @@ class Layer:
         nc = nw or nc
         # (the kernels and the zero points and clamps in locals: a chunk's rows cost
         # a Cortex-M0+ a Python attribute look-up each, thousands of cycles a step)
-        ck, rq, zx, zy = K.dwk if dw else K.convk, K.rqk, self.zx, self.zy
+        ck, rq = K.dwk if dw else K.convk, K.rqk
+        zx, zy = self.zx, self.zy
         lo, hi = self.lo, self.hi
         L = len(acc)
         o0 = 0
@@ -383,7 +411,7 @@ class Q8Net:
         f.seek(off)
         if not n:
             f.readinto(buf)
-        elif K.VIPER:   # (readinto's count: no view, heap the collector comes back for)
+        elif _RC:       # (readinto's count: no view, heap the collector comes back for)
             f.readinto(buf, n)
         else:
             f.readinto(memoryview(buf).cast('B')[:n])
@@ -412,7 +440,7 @@ class Q8Net:
         qm, qs = q = q or self.qq
         if c == 1:
             o0, n = 0, 1
-        v, n = K.VIPER, 4 * n     # (bytes: readinto's count on a board, no view)
+        v, n = _RC, 4 * n         # (bytes: readinto's count on a board, no view)
         f.seek(d['ro'] + 4 * (h * c + o0))
         f.readinto(qm, n) if v else f.readinto(memoryview(qm).cast('B')[:n])
         g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
@@ -421,12 +449,23 @@ class Q8Net:
 
     def _wide(self, a):
         # a wider scratch pair for quant than qm, qs: the halves of int32 buffer a's
-        # values (a free part of an input-gradient buffer), else None
+        # values (a free part of an input-gradient buffer), else None; the pairs of the
+        # last two buffers asked for kept (the sums buffer's, a gradient buffer's: asked
+        # for a layer a step, their views and tuple were heap each time)
+        c = self.wc
+        if c[0] is a:
+            return c[1]
+        if c[2] is a:
+            return c[3]
         h = len(a) >> 1
-        if h <= len(self.qm):
-            return None
-        a = memoryview(a)
-        return a[:h], a[h:2 * h]
+        r = None
+        if h > len(self.qm):
+            v = memoryview(a)
+            r = v[:h], v[h:2 * h]
+        if type(a) is not memoryview:   # (a view is made anew each time: not kept)
+            c[2], c[3] = c[0], c[1]
+            c[0], c[1] = a, r
+        return r
 
     def wide(self, a, per, cap, nc):
         # the output channels a chunk of a streamed layer takes when they are read into
@@ -653,7 +692,7 @@ class Q8Net:
     def _run(self, x, label, lr):
         self.lr = lr                # (SGD at batch 1: a layer's own update, utrain.q8slope)
         loss, hit, dl = self.loss(x, label, True)
-        self.bq[3] = 0              # (_ibias's multiplier: none kept from a step cut short)
+        self.bq[3] = None           # (_ibias's multiplier: none kept from a step cut short)
         # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
         # floats; |dL/dlogit| <= 1: a scale every sample shares, so batch sums differ only
         # by the layers' powers of two)
@@ -709,7 +748,7 @@ class Q8Net:
         # chunks the same h: chunked as whole).  Unbiased, where rounding to the nearest
         # made an update under 1/512 step 0, each step (issue 28: a layer whose updates
         # all were never moved where float's weights did)
-        self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+        self.seed = r = K.lcg(self.seed)
         return r >> 22
 
     def _upd(self, L, i0, d, n, h=-1):
@@ -719,7 +758,7 @@ class Q8Net:
         # vma's add to the velocity, else in upek / upmk
         v, f = L.vw, L.wf
         if v is not None or f is not None:
-            j = i0 - L.wr()[0]      # (the index in the window's state)
+            j = i0 - L.w0()         # (the index in the window's state)
         if v is not None:
             p = self.vmp
             if h >= 0:
@@ -738,7 +777,8 @@ class Q8Net:
             K.upek(w, memoryview(f)[j:] if j else f, d, p)
         elif h >= 0:
             p = self.upm
-            p[0], p[1], p[2], p[3] = self.seed, 1, 8, h
+            p[0] = self.seed    # (a target a statement: four build a tuple, heap)
+            p[1], p[2], p[3] = 1, 8, h
             self.seed = K.upmk(w, d, n, p)
         else:
             self.seed = K.upk(w, d, n, self.seed)
@@ -772,6 +812,8 @@ class Q8Net:
         # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
+            w = self.wc     # (_wide's pairs: none of the old buffers kept)
+            w[0] = w[1] = w[2] = w[3] = None
             gb = self.gb = self._gbs(self.gm)
         return gb[1] if g is gb[0] else gb[0]
 
@@ -962,7 +1004,8 @@ class Q8Net:
         f, u = sz * sx * (1.0 if lr is None else lr), 256.0
         B = self.B or L.sh      # (unit: q8batch's; shared weights' at SGD batch 1 too)
         gw = self.gw
-        oc, row, blk = L.geo()
+        row = L.row()       # (and oc: ints, not geo()'s tuple, heap a step)
+        oc = L.nout if L.k == FC else d['g'][3]
         if L.k == DW:
             n = oc * row
             K.zk(gw, n)
@@ -998,11 +1041,13 @@ class Q8Net:
                 # update under 1/512 step to 0, each step, and a layer whose updates all
                 # were never moved (issue 28: a float autoencoder's first Dense as int8
                 # at lr 0.01, float's weights moving); h < 2^30 keeps the sum in 31 bits
-                self.seed = r = (self.seed * 69069 + 1) & 0x3fffffff
+                self.seed = r = K.lcg(self.seed)
                 p[3] = r >> (15 + e)
         h = self._dith() if p is None and lr is not None else -1
-        for o0 in range(L.wlo, L.whi, nc):
+        o0 = L.wlo
+        while o0 < L.whi:   # (not a range of step nc: a range object a call, heap)
             m = min(nc, L.whi - o0)
+            o1 = o0 + m     # (the next chunk's, set here: the loop's body continues)
             n = m * row
             K.zk(gw, n)
             if L.k == FC:
@@ -1012,13 +1057,18 @@ class Q8Net:
             if p is not None and L.wf is not None:
                 j = (o0 - L.wlo) * row
                 pe = self.upe
-                pe[0], pe[1], pe[2], pe[3] = n, p[1], p[2], p[3]
+                pe[0] = n       # (a target a statement: four build a tuple, heap)
+                pe[1] = p[1]
+                pe[2] = p[2]
+                pe[3] = p[3]
                 K.upek(memoryview(L.w)[o0 * row:] if o0 else L.w,
                        memoryview(L.wf)[j:] if j else L.wf, gw, pe)
+                o0 = o1
                 continue
             if p is not None:
                 p[0] = self.seed
                 self.seed = K.upmk(memoryview(L.w)[o0 * row:] if o0 else L.w, gw, n, p)
+                o0 = o1
                 continue
             if lr is None:      # (a batch's sums: q8batch.unit)
                 B.unit(L, gw, n, o0, m, row, f, qmul, _mults)
@@ -1029,15 +1079,17 @@ class Q8Net:
                 # per-channel Dense layers at a small lr never moved where float's did)
                 _mults(L, gw, n, o0, m, row, f, 65536.0)
                 self._upd(L, o0 * row, gw, n, h)
+                o0 = o1
                 continue
             else:
                 _mults(L, gw, n, o0, m, row, f, u)
             self._put(L, o0 * row, gw, n, lr)
+            o0 = o1
 
     def _put(self, L, i0, gw, n, lr):
         # weights i0..i0+n-1's rescaled gradient: applied, or added to the batch's sums
         if lr is None:
-            w0 = L.wr()[0]
+            w0 = L.w0()
             K.adk(memoryview(L.ga)[i0 - w0:] if i0 > w0 else L.ga, gw, n)
         else:
             self._upd(L, i0, gw, n)
@@ -1109,9 +1161,10 @@ class Q8Net:
         # bound 2^7 times lower (a velocity sums up to 1 / (1 - mu) steps)
         d, bq, v = L.d, self.bq, L.vb
         qm, qs = q or self.qq      # (q: a wider scratch pair, _wide)
-        if bq[3] != id(L):      # (a row-fed layer's chunks after its first: made there)
+        if bq[3] is not L:      # (a row-fed layer's chunks after its first: made there)
             m, e = qmul(c / (d['sx'] * d['bsm']) * 256.0)
-            t, P = 15 if v is not None else 22, L.opi()[1]
+            t = 15 if v is not None else 22
+            P = 1 if L.k == FC else d['g'][10] * d['g'][11]     # (opi()[1]: no tuple)
             while (1 << (22 - t)) < P:
                 t -= 1          # (2^(22 - t) >= P)
             j = t - e if t - e < 8 else 8
@@ -1119,22 +1172,29 @@ class Q8Net:
                 j = 0
             if j < 0:
                 m, e, j = 2147483647, t, 0
-            bq[0], bq[1], bq[2], bq[3] = m, e + j, j, id(L)
+            # (the layer itself, not its id: a long int on a 32-bit port; one target a
+            # statement: four build a tuple)
+            bq[0] = m
+            bq[1] = e + j
+            bq[2] = j
+            bq[3] = L
         if hi == L.bhi:
-            bq[3] = 0           # (the layer's last chunk: the next call makes its own)
+            bq[3] = None        # (the layer's last chunk: the next call makes its own)
         qm[0], qs[0] = bq[0], bq[1]
         n = hi - lo
         K.rqk(bs, n, 1, n, qm, qs, bs, 0, 0, 0, 1)
         w, ge = len(qm), L.ge
         if ge is not None and not any(ge):
             ge = None
-        for o0 in range(lo, hi, w):
+        o0 = lo
+        while o0 < hi:      # (not a range of step w: a range object a call, heap)
             m = min(w, hi - o0)
             self.quant(L, o0, m, d['bh'], q)
             if ge is not None:      # (q8grow.gsk: a Python loop cost a Pico ~8 ms)
                 self.wg.sk(qs, ge, o0, m)
             u = memoryview(bs)[o0 - lo:] if o0 > lo else bs
             K.rqk(u, m, m, 1, qm, qs, u, 0, 0, 0, 1)
+            o0 += w
         if v is not None:
             v = memoryview(v)[lo:] if lo else v
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
@@ -1168,18 +1228,33 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         # step (the gradient's scales) and f / s_W[o] * u with it, exactly (binary
         # floats, far from their range's ends), so qmul's multipliers stay and their
         # shifts move by f's exponent (a float step a channel cost ~150 us on a Cortex-M0+)
+        # (uk: a list kept, changed in place: a new tuple a step was heap)
         fr, e = frexp(f)
+        v = u
+        if u == 65536.0:    # (the dithered update's unit: 2^8 times 256's, exactly, so
+            e += 8          # the same multipliers, their shifts 8 more; made again at
+            v = 256.0       # each switch between the two, they were 1 KB a step)
         k = L.uk
-        if k is None or k[0] != fr or k[2] != u or not (
+        if k is None or k[0] != fr or k[2] != v or not (
                 -100 < k[3] + e - k[1] and k[4] + e - k[1] < 100):
+            a = b = 0
             for j in range(w):
-                mul[j], shf[j] = qmul(f / sw[(lo + j) % nw] * u)
-            t = shf[:w]
-            L.uk = (fr, e, u, min(t), max(t))
+                mul[j], t = qmul(f / sw[(lo + j) % nw] * u)
+                shf[j] = t
+                if j == 0 or t < a:     # (the shifts' least and most: no copy of them)
+                    a = t
+                if j == 0 or t > b:
+                    b = t
+            if k is None:
+                L.uk = k = [0, 0, 0, 0, 0]
+            k[0], k[1], k[2] = fr, e, v
+            k[3], k[4] = a, b
         elif e != k[1]:
             t = e - k[1]
             K.ack(shf, w, t)
-            L.uk = (fr, e, u, k[3] + t, k[4] + t)
+            k[1] = e
+            k[3] += t
+            k[4] += t
         j = c0 - lo
         K.rqk(gw, n, nc, blk, memoryview(mul)[j:] if j else mul,
               memoryview(shf)[j:] if j else shf, gw, 0, 0, 0, 1)

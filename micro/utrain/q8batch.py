@@ -123,14 +123,15 @@ def _adam(net, L, lr, scale, n):
     c = scale * 2.0 ** -L.gk[0]                 # (the sums' unit: unit above)
     z = getattr(L, 'lz', None)      # (an embedding table: the rows the batch read, lazy)
     r = 0 if z is None else L.d['ed']
+    c1, c2 = 1.0 - b1, 1.0 - b2     # (the same floats, made once: not two a weight, heap)
     for t in range(1 if z is None else L.ln if L.gk[1] else 0):
         j0 = 0 if z is None else L.lq[t] * r
         for j in range(j0, j0 + r if r else n):
             i = w0 + j
             s = sw[(i // blk) % oc % nw]
             g = ga[j] * c                           # dL/dW
-            m = am[j] = b1 * am[j] + (1.0 - b1) * g
-            v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
+            m = am[j] = b1 * am[j] + c1 * g
+            v = av[j] = b2 * av[j] + c2 * g * g
             x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
             q = int(round(x / s))
             w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
@@ -141,8 +142,8 @@ def _adam(net, L, lr, scale, n):
     ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
     for o in range(L.blo, L.bhi):
         g = ba[o] * scale
-        m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
-        v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
+        m = bm[o] = b1 * bm[o] + c1 * g
+        v = bv[o] = b2 * bv[o] + c2 * g * g
         bf[o] -= lr * m / (sqrt(v) + eps)
 
 

@@ -55,16 +55,30 @@ class Grow:
     def _counts(self, L):
         # self.c = each channel's +-127 weights in the window, at most 255 (a per-tensor
         # layer's: one count); returns the window's (c7n: one call a layer)
-        w0, w1 = L.wr()
-        oc, row, blk = L.geo()
+        # (ints, not wr() and geo()'s tuples; a target a statement: more than three at
+        # once build a tuple. A check a step: each was heap)
+        row = L.row()
         t, w, o = self.t, L.w, 0
         if len(L.ge) == 1:
-            t[0], t[1], t[2], t[3], i = 1, w1 - w0, 1, 0, w0 - L.wo
-        elif blk == 1:              # depthwise: a channel's weights strided by oc
-            t[0], t[1], t[2], t[3], i = oc, row, oc, 1, 0
+            t[0] = 1
+            t[1] = L.nw()
+            t[2] = 1
+            t[3] = 0
+            i = L.w0() - L.wo
+        elif L.k == _DW or row == 1:    # depthwise: a channel's weights strided by oc
+            oc = L.nout if L.k == 0 else L.d['g'][3]     # (geo()'s: q8.FC 0)
+            t[0] = oc
+            t[1] = row
+            t[2] = oc
+            t[3] = 1
+            i = 0
         else:
             o = L.wlo
-            t[0], t[1], t[2], t[3], i = L.whi - o, row, 1, row, o * row - L.wo
+            t[0] = L.whi - o
+            t[1] = row
+            t[2] = 1
+            t[3] = row
+            i = o * row - L.wo
         return c7n(memoryview(w)[i:] if i else w, t, memoryview(self.c)[o:] if o else self.c)
 
     def check(self):
@@ -95,7 +109,7 @@ class Grow:
             # its kept update multiplier (utrain.q8 _mults) halved: exactly one shift less
             u = L.us
             u[o - L.wlo] -= 1
-            L.uk = (k[0], k[1], k[2], min(k[3], u[o - L.wlo]), k[4])
+            k[3] = min(k[3], u[o - L.wlo])      # (a list, in place: utrain.q8 _mults)
         L.shf[o] += 1
         L.ge[o] += 1
         oc, row, blk = L.geo()

@@ -55,6 +55,13 @@ def dwk(acc, x, xz: int, g, w, b):
 
 
 @micropython.viper
+def lcg(s: int) -> int:
+    # the rounding generator's next state, (69069 s + 1) mod 2^30 (upk's): in machine
+    # ints (in Python, a 32-bit port's product is a long int, heap a draw)
+    return (s * 69069 + 1) & 0x3fffffff
+
+
+@micropython.viper
 def sumk(acc, x, xz: int, n: int, c: int):
     # acc[j] = sum over the n rows of column j of x [n, c] minus the zero point
     # (MEAN over H, W; AVERAGE_POOL's window sums take the same loop per window)

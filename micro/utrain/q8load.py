@@ -249,7 +249,8 @@ def build(self, meta, wof_path, mom, adam, batch, q8g):
             self.etab[i] = e[i]
     self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
     self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
-    self.bq = [0, 0, 0, 0]              # _ibias's multiplier, shift, j, its layer's id
+    self.bq = [0, 0, 0, None]           # _ibias's multiplier, shift, j, its layer
+    self.wc = [None, None, None, None]  # _wide's last two buffers and their pairs
     self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
     self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
     self.bc = 0               # the period of the gradient _back passes down (0: none)
