@@ -736,11 +736,19 @@ class Q8Net:
         if self.wg is not None:
             self.wg.check()
 
-    def _fits(self, d, n, c):
-        # whether n int32 values d times c (> 0) stay within 2^29 in 1/65536 weight steps:
-        # |d| < 2^(k + 7) (k = nrk), c 2^k < 2^6 (no frexp: ~40 us a call on an RP2040):
-        # _dith's updates (q8batch.upd's too)
-        return c * (1 << K.nrk(d, n)) < 64.0
+    def _fits(self, d, n, t):
+        # whether n int32 values d times c (> 0; t = 64 / c, made once a call) stay within
+        # 2^29 in 1/65536 weight steps: |d| < 2^(k + 7) (k = nrk), c 2^k < 2^6, i.e.
+        # 2^k < t (no frexp: ~40 us a call on an RP2040; a small int against a float
+        # makes no float, where c 2^k made one a chunk, heap): _dith's updates
+        # (q8batch.upd's too)
+        k = K.nrk(d, n)
+        return (1 << k) < t if k < 30 else float(1 << k) < t    # (2^30: a long int)
+
+    def _swn(self, sw):
+        # min(sw) of a layer's float32 weight scales (an array: boxing one value, not
+        # each, heap; a list, bench.int8's, holds them boxed)
+        return min(sw) if type(sw) is list else sw[K.mink(sw, len(sw))]
 
     def _dith(self):
         # _upd's h for updates in 1/65536 weight steps (within 2^30: _fits), rounded to
@@ -1012,7 +1020,7 @@ class Q8Net:
             K.dgk(gw, dz, L.x, L.zx, L.g)
             if lr is None:
                 B.unit(L, gw, n, 0, oc, 1, f, qmul, _mults)
-            elif self._fits(gw, n, f / min(d['sw'])):
+            elif f and self._fits(gw, n, 64.0 * self._swn(d['sw']) / f):
                 _mults(L, gw, n, 0, oc, 1, f, 65536.0)
                 self._upd(L, 0, gw, n, self._dith())
                 return
@@ -1044,6 +1052,7 @@ class Q8Net:
                 self.seed = r = K.lcg(self.seed)
                 p[3] = r >> (15 + e)
         h = self._dith() if p is None and lr is not None else -1
+        t = 64.0 * self._swn(sw) / f if h >= 0 and f else 1e38     # (_fits', a call's)
         o0 = L.wlo
         while o0 < L.whi:   # (not a range of step nc: a range object a call, heap)
             m = min(nc, L.whi - o0)
@@ -1072,7 +1081,7 @@ class Q8Net:
                 continue
             if lr is None:      # (a batch's sums: q8batch.unit)
                 B.unit(L, gw, n, o0, m, row, f, qmul, _mults)
-            elif self._fits(gw, n, f / min(sw)):
+            elif self._fits(gw, n, t):
                 # in 1/65536 steps where they stay within 2^30, then to 1/256 with a
                 # dither h (_dith; with momentum too): nearest rounding made an update
                 # under 1/512 step 0, each step (issue 28: a Keras int8 autoencoder's

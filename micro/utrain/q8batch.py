@@ -38,7 +38,7 @@ def upd(net, L, lr, scale, qmul):
             c = lr * scale * 2.0 ** -L.gk[0]
             # (in 1/65536 steps where they stay within 2^30, rounded to 1/256 with a
             # dither, Q8Net._dith: to the nearest, an update under 1/512 step was 0)
-            f = net._fits(ga, n, c)
+            f = net._fits(ga, n, 64.0 / c)
             m, s = L.um[0], L.us[0] = qmul(c * (65536.0 if f else 256.0))
             if L.uk is not None:    # (_mults' kept multipliers: um[0] is not theirs now;
                 L.uk = None         # written only then: a new instance attribute grows

@@ -108,6 +108,7 @@ class Train:
             L.dx = array('i', bytes(4 * d['ed']))                 # a row's 1/256 steps
             g = (d['en'], d['ed'], d['ed'])
             L.geo = lambda g=g: g   # noqa: E731  (Layer.wr's, set_bias's)
+            L.row = lambda r=g[1]: r    # noqa: E731  (Layer.w0 / nw's, the update's)
             L.xo, L.b, L.whi, L.um, L.us = 2, i32(0), d['en'], i32(1), i32(1)
             L.blo = L.bhi = 0
             L.qm = qmul         # (Adam's sums: q8batch.unit's)

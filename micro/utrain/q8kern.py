@@ -55,6 +55,22 @@ def dwk(acc, x, xz: int, g, w, b):
 
 
 @micropython.viper
+def mink(a, n: int) -> int:
+    # the index of the least of n positive float32 values a (a layer's weight scales):
+    # their bits order as ints, so none is boxed, where min() of a float array boxes
+    # each value (heap, a step: Q8Net's update checks)
+    p = ptr32(a)
+    j = 0
+    m = p[0]
+    for i in range(1, n):
+        v = p[i]
+        if v < m:
+            m = v
+            j = i
+    return j
+
+
+@micropython.viper
 def lcg(s: int) -> int:
     # the rounding generator's next state, (69069 s + 1) mod 2^30 (upk's): in machine
     # ints (in Python, a 32-bit port's product is a long int, heap a draw)

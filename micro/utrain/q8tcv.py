@@ -243,6 +243,7 @@ class Train:
                      array('i', bytes(4 * I)), array('i', bytes(8 * I)))           # the heap)
             g = (I, d['wn'] // I, d['wn'] // I)
             L.geo = lambda g=g: g   # noqa: E731  (Layer.wr's, set_bias's, q8batch's)
+            L.row = lambda r=g[1]: r    # noqa: E731  (Layer.w0 / nw's, the update's)
             L.xo, L.whi, L.blo, L.bhi = 1, I, 0, I
             L.um, L.us = array('i', bytes(4 * I)), array('i', bytes(4 * I))
             _alias(L)
