@@ -1104,7 +1104,7 @@ def _screen(t, base, before, every, fits) -> dict:
             suffix = [((g + t.score(r, 1) - s1) / 2, r) if g >= near else (g, r)
                       for g, r in suffix]
     return {'with_bias': with_bias, 'bias_gain': bias_gain, 'wgain': wgain, 'suffix': suffix,
-            's0': s0, 'n_val': t.n_val, 'rescued': rescued,
+            's0': s0, 'n_val': t.n_val, 'rescued': rescued, 'at1': t._at1,
             'all_biases': {**base, **{i: 1 for i, kinds in every if 1 in kinds}}}
 
 
@@ -1170,8 +1170,21 @@ def _finalists(base, fitting, sc, fits):
     # verified; on 10 folds it ties the best (+0.046 against +0.053), on the long trials
     # it leads (0.817 against 0.765), and it tests 0.741 on 12 seeds against the choice's
     # (last:7) 0.711.  FULL_VERIFY = False: not tried unless the screening ranks it.
+    # The deepest at each batch: where the user gave no --batch, a deeper one that fits
+    # only at batch 1 (Trials.batch_one) is verified beside the deepest that fits at the
+    # run's batch, not instead of it (sc['at1']: ranks -> fits only at batch 1).
+    # bench/transfer.py's held-out dwres on noisy digits at rp2040 (batch 4): with the
+    # batch-1 candidates, 8-39 whole (batch 1) took the slot of 12-39 whole (batch 4),
+    # which screened 0.64 (the classifier alone 0.71; its next folds 0.76-0.85) and was
+    # never verified again; on 10 folds it leads 9-39 at batch 1 (0.744 against 0.736;
+    # on the long trials 0.799 against 0.778), and it tests 0.790 on 12 seeds against
+    # the choice's 0.768 (last:8, the best hand-picked, 0.736).
     if FULL_VERIFY and suf:
-        final.append(max(suf, key=lambda c: len(c[1]))[1])
+        at1 = sc.get('at1') or (lambda r: False)
+        for one in (False, True):
+            deep = [r for _, r in suf if bool(at1(r)) == one]
+            if deep:
+                final.append(max(deep, key=len))
     if ALL_BIASES and len(sc.get('all_biases', base)) > len(base):
         final.append(sc['all_biases'])      # (the biases of every layer: ALL_BIASES)
     # the best two singles, and every layer at the channel ratio its screening trial
