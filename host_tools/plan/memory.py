@@ -1461,9 +1461,10 @@ def short_of(heap, limit) -> str:
 # training leaves (measured on the 32-bit unix build, SGD batch 1: a Keras MLP int8 file
 # needed 87.6 KB with it resident, 86.0 without; an int8 RNN of shared weights 132.6 and
 # 128.0; 3.9 KB of code)
-Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'data')
+Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'q8setup', 'data')
 # and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
 Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof')
+# (its net's set-up, utrain.q8setup, loads once q8load is dropped: less code than q8load's)
 # The net's load (utrain.q8load: Q8Net.__init__) and training are two phases: q8load is
 # dropped and collected before the code the table asks for beyond it loads (utrain.q8ext,
 # itself dropped after: band groups, ranges, growing scales, PRELU slopes, shared weights;
@@ -1483,6 +1484,14 @@ Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof
 # q8load, q8range and q8grow resident at once, its load's peak; 84.9 KB after, its
 # checkpoint's save the peak.)
 Q8_LOAD = ('q8load',)
+# The trainer's one-time set-up (utrain.q8setup: Q8Trainer's settings and the net's load,
+# the optimizer's state, a start from trained weights) is imported before the net's load
+# and dropped once the optimizer's state is made, before the first sample: resident with
+# q8load, then with what loads after it (q8_after_load), never in training (which it
+# left 2.8 KB of .mpy lighter: 3.8 KB of heap on 32-bit).  A resume's reader
+# (utrain.q8resume, with utrain.wof and utrain.ckread) loads only for "resume": true, in
+# none of these phases.
+Q8_SETUP = ('q8setup',)
 Q8_AFTER_LOAD = ('q8bands', 'bands', 'q8range', 'q8grow', 'q8slope', 'q8share', 'q8batch',
                  'q8mom', 'q8reg')
 Q8_SAVE = ('wof', 'best')
@@ -2019,15 +2028,15 @@ def plan_heap_q8(tables, settings, board=None, reserve=0) -> dict:
     w, B = t['word'], t['block']
     trained = tables.get('q8t.json') or tables['q8.json']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    # (the larger of the load's code and training's with its saves': Q8_LOAD; the rest as
-    # either holds)
+    # (the largest of the load's code, the set-up's after it (Q8_SETUP with what loads
+    # after the load) and training's with its saves': Q8_LOAD; the rest as all hold)
     load = q8_code(trained, t, settings=settings, without=q8_after_load(settings))
+    setup = q8_code(trained, t, settings=settings, without=Q8_LOAD)
     sizes = mpy_sizes()
-    code = q8_code(trained, t, settings=settings, without=Q8_LOAD) + int(
+    stays = q8_code(trained, t, settings=settings, without=Q8_LOAD + Q8_SETUP) + int(
         Q8_SAVE_CODE[w, t['fs']] * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE)) + (
         OPEN_FILE[w, t['fs']] if t['fs'] == 'littlefs' else 0)
-    phase = 'training' if code >= load else 'load'
-    code = max(code, load)
+    code = max(stays, load, setup)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm, fs=t['fs'])
     net[SAVE] = max(net[SAVE], reserve)
@@ -2040,9 +2049,8 @@ def plan_heap_q8(tables, settings, board=None, reserve=0) -> dict:
     parts.update(score)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
-    # (the code slack on what stays: utrain.q8load goes once the net is built, and what it
-    # kept live with it)
-    stays = parts['code'] - (int(f['code'] * mpy_sizes().get('q8load', 0)) if phase == 'load' else 0)
+    # (the code slack on what stays, training's with its saves': utrain.q8load and
+    # q8setup go once the net is set up, and what they kept live with them)
     parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * stays) \
         + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
         + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)
