@@ -1484,18 +1484,28 @@ Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof
 # q8load, q8range and q8grow resident at once, its load's peak; 84.9 KB after, its
 # checkpoint's save the peak.)
 Q8_LOAD = ('q8load',)
-# The trainer's one-time set-up (utrain.q8setup: Q8Trainer's settings and the net's load,
-# the optimizer's state, a start from trained weights) is imported before the net's load
-# and dropped once the optimizer's state is made, before the first sample: resident with
-# q8load, then with what loads after it (q8_after_load), never in training (which it
-# left 2.8 KB of .mpy lighter: 3.8 KB of heap on 32-bit).  A resume's reader
-# (utrain.q8resume, with utrain.wof and utrain.ckread) loads only for "resume": true, in
-# none of these phases.
+# The trainer's one-time set-up once the net is loaded (utrain.q8setup: the optimizer's
+# state, a start from trained weights, the trainer's counters) is imported after q8load
+# is dropped, with what loads after it (q8_after_load), and dropped before the first
+# sample: in neither the load's code nor training's.  A resume's reader (utrain.q8resume,
+# with utrain.wof and utrain.ckread) loads only for "resume": true, in none of these
+# phases.  (Both had been utrain.q8's and utrain.q8train's: 3.2 KB of .mpy training
+# held, 4.4 KB of heap on 32-bit.)
 Q8_SETUP = ('q8setup',)
 Q8_AFTER_LOAD = ('q8bands', 'bands', 'q8range', 'q8grow', 'q8slope', 'q8share', 'q8batch',
                  'q8mom', 'q8reg')
 Q8_SAVE = ('wof', 'best')
 Q8_SAVE_CODE = {(8, 'os'): 0.75, (4, 'os'): 0.5, (8, 'littlefs'): 1.0, (4, 'littlefs'): 1.0}
+
+
+def q8_phases(settings) -> dict:
+    """{phase: the modules of q8_modules an int8 run with settings has not loaded in it}:
+    'load' (the net's load: utrain.q8load resident, not what loads after it nor the
+    set-up), 'setup' (the set-up once q8load is dropped: q8setup with what loads after the
+    load) and 'training' (neither q8load nor q8setup; a save's code comes on top:
+    Q8_SAVE)."""
+    return {'load': q8_after_load(settings) + Q8_SETUP, 'setup': Q8_LOAD,
+            'training': Q8_LOAD + Q8_SETUP}
 
 
 def q8_after_load(settings) -> tuple:
@@ -1745,7 +1755,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)
                                          + 3 * arr(4 * Q) + arr(4 * 14)
                                          # scce's softmax table and gradient, smk's and
-                                         # upmk's parameters (utrain.q8 Q8Net._sce, _apply)
+                                         # upmk's parameters (utrain.q8 Q8Net.loss, _apply)
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
     if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae', 'bce'):
@@ -1923,8 +1933,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
         mods.add('q8range')          # (ranges that follow training)
-    if trains and s.get('loss') in ('mse', 'mae', 'bce'):
-        mods.add('q8reg')            # (a loss on float targets: mse, mae, bce)
+    if trains and s.get('loss') in ('cce', 'mse', 'mae', 'bce'):
+        mods.add('q8reg')            # (a loss on float targets: cce, mse, mae, bce)
     if trains and s.get('select'):
         mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):
@@ -2028,12 +2038,13 @@ def plan_heap_q8(tables, settings, board=None, reserve=0) -> dict:
     w, B = t['word'], t['block']
     trained = tables.get('q8t.json') or tables['q8.json']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    # (the largest of the load's code, the set-up's after it (Q8_SETUP with what loads
-    # after the load) and training's with its saves': Q8_LOAD; the rest as all hold)
-    load = q8_code(trained, t, settings=settings, without=q8_after_load(settings))
-    setup = q8_code(trained, t, settings=settings, without=Q8_LOAD)
+    # (the largest of the load's code (Q8_LOAD), the set-up's after it (Q8_SETUP with what
+    # loads after the load) and training's with its saves'; the rest as all hold)
+    ph = q8_phases(settings)
+    load = q8_code(trained, t, settings=settings, without=ph['load'])
+    setup = q8_code(trained, t, settings=settings, without=ph['setup'])
     sizes = mpy_sizes()
-    stays = q8_code(trained, t, settings=settings, without=Q8_LOAD + Q8_SETUP) + int(
+    stays = q8_code(trained, t, settings=settings, without=ph['training']) + int(
         Q8_SAVE_CODE[w, t['fs']] * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE)) + (
         OPEN_FILE[w, t['fs']] if t['fs'] == 'littlefs' else 0)
     code = max(stays, load, setup)

@@ -1,7 +1,7 @@
 # Int8 training of an int8 model (issue 16): the forward pass in integers as TFLite
 # Micro runs it (int8 activations and weights, int32 sums and biases, per-tensor or
 # per-channel requantization), the loss and its softmax on the dequantized logits (scce
-# in integers: _sce; cce in float), and the backward pass
+# in integers: Q8Net.loss; cce in float: utrain.q8reg), and the backward pass
 # in integers (int8 gradients with a power-of-two scale per tensor, int32 sums) with
 # QAS updates: for an int8 weight w_q = W / s_W the gradient g_q = s_W dL/dW scaled by
 # s_W^-2 gives w_q -= lr dL/dW / s_W, applied per output channel with stochastic
@@ -520,42 +520,13 @@ class Q8Net:
         return out
 
     def loss(self, x, label, grad=False):
-        """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
-        of class probabilities (cce): softmax cross-entropy on the dequantized logits, hit
-        1 when the largest logit is the (most probable) class's; with grad, also
-        dL/dlogits (scce: int32 at scale 2^-14, the softmax in integers; cce: floats)."""
-        if isinstance(label, int):
-            return self._sce(x, label, grad)
-        lg = self.logits(x)
-        m = max(lg)
-        e = [exp(v - m) for v in lg]
-        t = sum(e)
-        if isinstance(label, int):
-            c, tv, st = label, None, 1.0
-            loss = log(t) - (lg[label] - m)
-        else:
-            tv, lt = label, log(t)
-            loss = st = 0.0
-            for i in range(len(tv)):
-                if tv[i]:
-                    loss -= tv[i] * (lg[i] - m - lt)
-                    st += tv[i]
-            c = tv.index(max(tv))
-        hit = 1 if lg[c] == m and lg.index(m) == c else 0
-        if not grad:
-            return loss, hit
-        dl = [v * st / t for v in e]
-        if tv is None:
-            dl[label] -= 1.0
-        else:
-            for i in range(len(dl)):
-                dl[i] -= tv[i]
-        return loss, hit, dl
-
-    def _sce(self, x, label, grad):
-        # scce in integers: the int8 logits' differences to their max d index a table of
-        # round(2^14 exp(-s_y d)) (made once), the gradient p - onehot is int32 at scale
-        # 2^-14 (kernels sfk, sgk: no float object per class on a board)
+        """(loss, hit) of int8 sample x with class index label (scce): softmax
+        cross-entropy on the dequantized logits, hit 1 when the largest logit is the
+        class's; with grad, also dL/dlogits.  In integers: the int8 logits' differences to
+        their max d index a table of round(2^14 exp(-s_y d)) (made once), the gradient
+        p - onehot is int32 at scale 2^-14 (kernels sfk, sgk: no float object per class
+        on a board).  A loss on float targets (cce's class probabilities, mse, mae, bce)
+        is utrain.q8reg's, which Q8Trainer puts in this one's place."""
         y = self.forward(x)
         n = len(y)
         T = self.etab

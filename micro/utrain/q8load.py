@@ -240,7 +240,7 @@ def build(self, meta, wof_path, mom, adam, batch, q8g):
     self.src = None             # (file, offset) of the sample, read by strips
     self.seed = 12345
     self.first = first
-    # scce's softmax table (_sce; host_tools/prepare/quant.py etab), 256 entries
+    # scce's softmax table (Q8Net.loss; host_tools/prepare/quant.py etab), 256 entries
     e = meta.get('etab')
     self.etab = None
     if e is not None:

@@ -1,50 +1,19 @@
-# utrain.q8train's and utrain.q8's one-time set-up, imported for it and dropped after
-# (code is heap on a board, and none of this runs again): the trainer's settings and its
-# net's load (Q8Trainer()), the optimizer's state (Q8Net.setup: Adam's, momentum's, a
-# batch's sums) and a start from trained weights (Q8Net.load_weights: "start": "best",
-# a kept best's restore).  Dropped before the first sample, it is no part of training's
-# code (host_tools/plan/memory.py: Q8_SETUP, priced in the load's phase).
-import json
+# utrain.q8train's and utrain.q8's one-time set-up once the net is loaded, imported for
+# it and dropped after (code is heap on a board, and none of this runs again): the
+# trainer's (Q8Trainer()'s end), the optimizer's state (Q8Net.setup: Adam's, momentum's,
+# a batch's sums) and a start from trained weights (Q8Net.load_weights: "start": "best",
+# a kept best's restore).  Loaded after utrain.q8load is dropped and dropped before the
+# first sample, it is in neither the load's code nor training's
+# (host_tools/plan/memory.py: Q8_SETUP).
 from array import array
 
-LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')
-OPTIMIZERS = ('sgd', 'adam')
 
-
-def trainer(tr, model, weights, keep, settings, Q8Net):
-    """Q8Trainer tr's settings, its net (utrain.q8's Q8Net: it imports this module, which
-    cannot import it back) of layer table model and weights, and the net's optimizer
-    state (Q8Trainer.__init__)."""
-    with open(model) as f:
-        try:
-            meta = json.load(f)
-        except (ValueError, RuntimeError):      # (too deep: RuntimeError)
-            meta = None
-    if type(meta) is not dict or meta.get('format') != 'utrain-q8':
-        raise ValueError('%s: not a utrain int8 layer table' % model)
-    if keep is not None:    # prepare --select board: the board's choice (utrain.q8fish)
-        if callable(keep):  # (its scoring pass's table)
-            meta = keep(meta)
-        else:
-            from utrain.q8keep import restrict
-            meta = restrict(meta, keep)
-    c = tr.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
-                  'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
-                  'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
-    c.update(settings)
-    if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
-            or (c['momentum'] and c['optimizer'] != 'sgd')):
-        raise ValueError('train.json: int8 training takes loss %s, optimizer sgd (with or '
-                         'without momentum) or adam, batch 1 or more (prepare --dequantize '
-                         'trains the model in float with any)' % ' '.join(LOSSES))
-    if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
-        # the batch updates' code (Q8Net.setup loads it) before the net's buffers
-        from utrain import q8batch  # noqa: F401
-    tr.x = bytearray(meta['nin'])     # (an image's: before the net's small objects)
-    tr.net = Q8Net(meta, c.get('base', weights), c['momentum'] if c['optimizer'] ==
-                   'sgd' else 0.0, c['optimizer'] == 'adam', 0, int(c['batch']))
-    tr.weights_path = weights
-    if c['loss'] in LOSSES[2:]:     # (mse, mae, bce: float targets)
+def trainer(tr, weights):
+    """Q8Trainer tr's set-up once its net is loaded (Q8Trainer.__init__): a loss on float
+    targets, the net's optimizer state, a start from trained weights, the counters."""
+    c = tr.cfg
+    meta = tr.net.meta
+    if c['loss'] != 'scce':     # (cce, mse, mae, bce: float targets)
         from utrain.q8reg import use
         use(tr)
     # the net's load garbage (json's, the layers') collected before the trained
