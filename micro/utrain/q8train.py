@@ -54,6 +54,10 @@ class Q8Trainer:
         self.net = Q8Net(meta, c.get('base', weights), c['momentum'] if c['optimizer'] ==
                          'sgd' else 0.0, c['optimizer'] == 'adam', 0, int(c['batch']))
         self.weights_path = weights
+        if c['momentum'] and c['optimizer'] == 'sgd':
+            # momentum's code (Q8Net.setup loads it) before the set-up's: under it, the
+            # set-up's hole had fallen between the velocities and the rest (microgestes, 32-bit)
+            from utrain import q8mom  # noqa: F401
         # (the rest once the net is loaded: utrain.q8setup, loaded for it and dropped after)
         from utrain.q8setup import trainer
         trainer(self, weights)
