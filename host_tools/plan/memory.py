@@ -1464,7 +1464,7 @@ def short_of(heap, limit) -> str:
 Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'q8setup', 'data')
 # and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
 Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof')
-# (its net's set-up, utrain.q8setup, loads once q8load is dropped: less code than q8load's)
+# (its net is made without the optimizer's set-up: utrain.q8setup is not loaded)
 # The net's load (utrain.q8load: Q8Net.__init__) and training are two phases: q8load is
 # dropped and collected before the code the table asks for beyond it loads (utrain.q8ext,
 # itself dropped after: band groups, ranges, growing scales, PRELU slopes, shared weights;
