@@ -13,40 +13,20 @@
 # int32 biases as the weights, Adam's moments as m and v, then the resume block the float
 # Trainer writes (position, sums, best, ...) and the int8 state: b'UTQ8', the rounding
 # generator's state, each trained layer's float32 bias (and Adam master weights).
-import json
 from struct import pack, unpack
 from utrain.q8 import Q8Net
 from utrain.data import epoch
 from utrain import drop
 
-LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')
-OPTIMIZERS = ('sgd', 'adam')
-
 
 class Q8Trainer:
     def __init__(self, model='q8.json', weights='weights.wof', keep=None, **settings):
-        with open(model) as f:
-            try:
-                meta = json.load(f)
-            except (ValueError, RuntimeError):      # (too deep: RuntimeError)
-                meta = None
-        if type(meta) is not dict or meta.get('format') != 'utrain-q8':
-            raise ValueError('%s: not a utrain int8 layer table' % model)
-        if keep is not None:    # prepare --select board: the board's choice (utrain.q8fish)
-            if callable(keep):  # (its scoring pass's table)
-                meta = keep(meta)
-            else:
-                from utrain.q8keep import restrict
-                meta = restrict(meta, keep)
-        c = self.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
-                        'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
-                        'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
-        c.update(settings)
-        if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
-                or (c['momentum'] and c['optimizer'] != 'sgd')):
-            raise ValueError('train.json: int8 training takes loss %s, optimizer sgd (with or '
-                             'without momentum) or adam, batch 1 or more (prepare --dequantize '
-                             'trains the model in float with any)' % ' '.join(LOSSES))
+        # (the layer table read and the settings checked by the net's load's module, which
+        # the net drops once it is built: utrain.q8load)
+        from utrain.q8load import trainer_cfg as check
+        meta, c = check(model, keep, settings)
+        check = None
+        self.cfg = c
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
