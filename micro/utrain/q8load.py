@@ -1,7 +1,8 @@
 # utrain.q8's net load, Q8Net.__init__'s work: imported for it and dropped after (code
 # is heap on a board: none of this runs again while the net trains; 6 KB on 32-bit), with
 # what only the load reads: a Layer's set-up (layer), the table's sizes (trained_n ...
-# bcast: host_tools/plan/memory.py plans with them too)
+# bcast: host_tools/plan/memory.py plans with them too), and the int8 trainer's read of
+# its table and check of its settings before it (trainer_cfg: utrain.q8train)
 from array import array
 from utrain import q8kern as K
 # the int8 trainer's (utrain.q8train)
