@@ -3,9 +3,8 @@ the trainer's set-up once the net is loaded, the optimizer's state and a start f
 trained weights (utrain.q8setup) load after the net's load (utrain.q8load, dropped) and
 leave before the first sample; a resume's reader (utrain.q8resume) loads only to resume.
 What unix MicroPython holds in each phase (the load, the set-up, training) is what the
-planner prices for it (host_tools/plan/memory.py q8_phases), and the int8 code's
-smaller share lets a small int8 CNN train on an ESP32's 100 KB (planned 105 KB before)."""
-import json
+planner prices for it (host_tools/plan/memory.py q8_phases).  (What it bought: docs/memory.md,
+session 31: 4.3-5.4 KB less code in the ESP32 plans of small int8 models.)"""
 import os
 import subprocess
 import sys
@@ -98,16 +97,3 @@ def test_int8_resume_loads_its_reader_for_the_call(tmp_path):
     assert said['SAME'].strip() == 'True'
     assert said['HELD'].strip() == ''
 
-
-def test_digits_cnn_as_int8_fits_an_esp32(tmp_path):
-    """The repo's digits CNN (890 parameters) --int8 trains whole on an ESP32 (100 KB
-    heap): its plan was 105 KB, 54 KB of it code, with the set-up's code held all run."""
-    from host_tools.prepare.pipeline import prepare
-    digits = os.path.join(ROOT, 'datasets', 'digits')
-    out = str(tmp_path / 'cnn')
-    prepare(os.path.join(digits, 'digits_cnn.circle'), out,
-            data=os.path.join(digits, 'digits.npz'), int8=True, board='esp32', lr=0.01)
-    with open(os.path.join(out, 'prepare.json')) as f:
-        heap = json.load(f)['heap']
-    assert os.path.exists(os.path.join(out, 'q8.json'))
-    assert heap['by_target']['esp32'] <= 100 * 1024
