@@ -1461,9 +1461,10 @@ def short_of(heap, limit) -> str:
 # training leaves (measured on the 32-bit unix build, SGD batch 1: a Keras MLP int8 file
 # needed 87.6 KB with it resident, 86.0 without; an int8 RNN of shared weights 132.6 and
 # 128.0; 3.9 KB of code)
-Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'data')
+Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'q8setup', 'data')
 # and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
 Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof')
+# (its net is made without the optimizer's set-up: utrain.q8setup is not loaded)
 # The net's load (utrain.q8load: Q8Net.__init__) and training are two phases: q8load is
 # dropped and collected before the code the table asks for beyond it loads (utrain.q8ext,
 # itself dropped after: band groups, ranges, growing scales, PRELU slopes, shared weights;
@@ -1483,10 +1484,28 @@ Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof
 # q8load, q8range and q8grow resident at once, its load's peak; 84.9 KB after, its
 # checkpoint's save the peak.)
 Q8_LOAD = ('q8load',)
+# The trainer's one-time set-up once the net is loaded (utrain.q8setup: the optimizer's
+# state, a start from trained weights, the trainer's counters) is imported after q8load
+# is dropped, with what loads after it (q8_after_load), and dropped before the first
+# sample: in neither the load's code nor training's.  A resume's reader (utrain.q8resume,
+# with utrain.wof and utrain.ckread) loads only for "resume": true, in none of these
+# phases.  (Both had been utrain.q8's and utrain.q8train's: 3.2 KB of .mpy training
+# held, 4.4 KB of heap on 32-bit.)
+Q8_SETUP = ('q8setup',)
 Q8_AFTER_LOAD = ('q8bands', 'bands', 'q8range', 'q8grow', 'q8slope', 'q8share', 'q8batch',
                  'q8mom', 'q8reg')
 Q8_SAVE = ('wof', 'best')
 Q8_SAVE_CODE = {(8, 'os'): 0.75, (4, 'os'): 0.5, (8, 'littlefs'): 1.0, (4, 'littlefs'): 1.0}
+
+
+def q8_phases(settings) -> dict:
+    """{phase: the modules of q8_modules an int8 run with settings has not loaded in it}:
+    'load' (the net's load: utrain.q8load resident, not what loads after it nor the
+    set-up), 'setup' (the set-up once q8load is dropped: q8setup with what loads after the
+    load) and 'training' (neither q8load nor q8setup; a save's code comes on top:
+    Q8_SAVE)."""
+    return {'load': q8_after_load(settings) + Q8_SETUP, 'setup': Q8_LOAD,
+            'training': Q8_LOAD + Q8_SETUP}
 
 
 def q8_after_load(settings) -> tuple:
@@ -1736,7 +1755,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)
                                          + 3 * arr(4 * Q) + arr(4 * 14)
                                          # scce's softmax table and gradient, smk's and
-                                         # upmk's parameters (utrain.q8 Q8Net._sce, _apply)
+                                         # upmk's parameters (utrain.q8 Q8Net.loss, _apply)
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
     if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae', 'bce'):
@@ -1914,8 +1933,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
         mods.add('q8range')          # (ranges that follow training)
-    if trains and s.get('loss') in ('mse', 'mae', 'bce'):
-        mods.add('q8reg')            # (a loss on float targets: mse, mae, bce)
+    if trains and s.get('loss') in ('cce', 'mse', 'mae', 'bce'):
+        mods.add('q8reg')            # (a loss on float targets: cce, mse, mae, bce)
     if trains and s.get('select'):
         mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):
@@ -2019,15 +2038,16 @@ def plan_heap_q8(tables, settings, board=None, reserve=0) -> dict:
     w, B = t['word'], t['block']
     trained = tables.get('q8t.json') or tables['q8.json']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    # (the larger of the load's code and training's with its saves': Q8_LOAD; the rest as
-    # either holds)
-    load = q8_code(trained, t, settings=settings, without=q8_after_load(settings))
+    # (the largest of the load's code (Q8_LOAD), the set-up's after it (Q8_SETUP with what
+    # loads after the load) and training's with its saves'; the rest as all hold)
+    ph = q8_phases(settings)
+    load = q8_code(trained, t, settings=settings, without=ph['load'])
+    setup = q8_code(trained, t, settings=settings, without=ph['setup'])
     sizes = mpy_sizes()
-    code = q8_code(trained, t, settings=settings, without=Q8_LOAD) + int(
+    stays = q8_code(trained, t, settings=settings, without=ph['training']) + int(
         Q8_SAVE_CODE[w, t['fs']] * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE)) + (
         OPEN_FILE[w, t['fs']] if t['fs'] == 'littlefs' else 0)
-    phase = 'training' if code >= load else 'load'
-    code = max(code, load)
+    code = max(stays, load, setup)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm, fs=t['fs'])
     net[SAVE] = max(net[SAVE], reserve)
@@ -2040,9 +2060,8 @@ def plan_heap_q8(tables, settings, board=None, reserve=0) -> dict:
     parts.update(score)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
-    # (the code slack on what stays: utrain.q8load goes once the net is built, and what it
-    # kept live with it)
-    stays = parts['code'] - (int(f['code'] * mpy_sizes().get('q8load', 0)) if phase == 'load' else 0)
+    # (the code slack on what stays, training's with its saves': utrain.q8load and
+    # q8setup go once the net is set up, and what they kept live with them)
     parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * stays) \
         + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
         + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)

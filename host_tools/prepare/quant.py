@@ -2614,7 +2614,7 @@ ETAB_MAX = 1024         # the longest softmax table a model whose logits' range 
 
 
 def etab(sy: float, n=256) -> list:
-    """scce's softmax table for logits at scale sy (utrain.q8 Q8Net._sce): round(2^14
+    """scce's softmax table for logits at scale sy (utrain.q8 Q8Net.loss): round(2^14
     exp(-sy d)) for the logit differences d = 0..n-1, its zeros at the end left out.
     Made here, not on the board: 256 soft-float exps cost a Cortex-M0+ millions of
     cycles."""

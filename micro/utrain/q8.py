@@ -1,7 +1,7 @@
 # Int8 training of an int8 model (issue 16): the forward pass in integers as TFLite
 # Micro runs it (int8 activations and weights, int32 sums and biases, per-tensor or
 # per-channel requantization), the loss and its softmax on the dequantized logits (scce
-# in integers: _sce; cce in float), and the backward pass
+# in integers: Q8Net.loss; cce in float: utrain.q8reg), and the backward pass
 # in integers (int8 gradients with a power-of-two scale per tensor, int32 sums) with
 # QAS updates: for an int8 weight w_q = W / s_W the gradient g_q = s_W dL/dW scaled by
 # s_W^-2 gives w_q -= lr dL/dW / s_W, applied per output channel with stochastic
@@ -69,6 +69,18 @@ def _b8(a):
 
 def _f32(n, data=None):
     return _i32(n, data, 'f')
+
+
+def _once(fn, *a):
+    # utrain.q8setup's fn(*a, this module's globals): code run once, loaded for the call
+    # and dropped after, unless it was loaded before (Q8Trainer's set-up runs in it)
+    import sys
+    held = 'utrain.q8setup' in sys.modules
+    from utrain import q8setup
+    getattr(q8setup, fn)(*(a + (globals(),)))
+    if not held:
+        from utrain import drop
+        drop('q8setup')
 
 
 class Layer:
@@ -547,42 +559,13 @@ class Q8Net:
         return out
 
     def loss(self, x, label, grad=False):
-        """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
-        of class probabilities (cce): softmax cross-entropy on the dequantized logits, hit
-        1 when the largest logit is the (most probable) class's; with grad, also
-        dL/dlogits (scce: int32 at scale 2^-14, the softmax in integers; cce: floats)."""
-        if isinstance(label, int):
-            return self._sce(x, label, grad)
-        lg = self.logits(x)
-        m = max(lg)
-        e = [exp(v - m) for v in lg]
-        t = sum(e)
-        if isinstance(label, int):
-            c, tv, st = label, None, 1.0
-            loss = log(t) - (lg[label] - m)
-        else:
-            tv, lt = label, log(t)
-            loss = st = 0.0
-            for i in range(len(tv)):
-                if tv[i]:
-                    loss -= tv[i] * (lg[i] - m - lt)
-                    st += tv[i]
-            c = tv.index(max(tv))
-        hit = 1 if lg[c] == m and lg.index(m) == c else 0
-        if not grad:
-            return loss, hit
-        dl = [v * st / t for v in e]
-        if tv is None:
-            dl[label] -= 1.0
-        else:
-            for i in range(len(dl)):
-                dl[i] -= tv[i]
-        return loss, hit, dl
-
-    def _sce(self, x, label, grad):
-        # scce in integers: the int8 logits' differences to their max d index a table of
-        # round(2^14 exp(-s_y d)) (made once), the gradient p - onehot is int32 at scale
-        # 2^-14 (kernels sfk, sgk: no float object per class on a board)
+        """(loss, hit) of int8 sample x with class index label (scce): softmax
+        cross-entropy on the dequantized logits, hit 1 when the largest logit is the
+        class's; with grad, also dL/dlogits.  In integers: the int8 logits' differences to
+        their max d index a table of round(2^14 exp(-s_y d)) (made once), the gradient
+        p - onehot is int32 at scale 2^-14 (kernels sfk, sgk: no float object per class
+        on a board).  A loss on float targets (cce's class probabilities, mse, mae, bce)
+        is utrain.q8reg's, which Q8Trainer puts in this one's place."""
         y = self.forward(x)
         n = len(y)
         T = self.etab
@@ -602,78 +585,9 @@ class Q8Net:
 
     def setup(self, optimizer='sgd', batch=1, beta1=0.9, beta2=0.999, eps=1e-7, momentum=0.0):
         """Optimizer and batch: sgd at batch 1 updates each layer as its gradient is done
-        (step); otherwise accum sums gradients and apply updates.  Adam's float32 master
-        weights and moments (3 floats per trained weight and bias) and SGD momentum's
-        velocities (an int16 per trained weight in 1/256 weight steps, utrain.q8mom; an
-        int32 or a float per bias) are made here; only a rank's window of weights has them."""
-        self.adam = optimizer == 'adam'
-        self.B = None           # Adam or a batch > 1: their updates (utrain.q8batch)
-        if self.adam or batch > 1:
-            from utrain import q8batch
-            self.B = q8batch
-        self.b1, self.b2, self.eps = beta1, beta2, eps
-        self.nstep = 0
-        self.mom = 0.0 if self.adam else momentum
-        if self.mom:
-            from utrain import q8mom as M
-            self.M = M
-            M.setup(self, batch, qmul, _i32)    # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
-        for L in self.layers:
-            if L.train or L.xo:
-                w0, w1 = L.wr()
-                n, oc = w1 - w0, len(L.b)
-                # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
-                # steps in integers, an int8 fraction a bias (1/256 steps) instead of a
-                # float bias (_ibias), momentum's bias velocities int32 (1/256 bias
-                # steps); the others step a float bias
-                ib = 'bh' in L.d and not self.adam and batch == 1
-                d = L.d
-                if d.get('fs'):     # its float weight scales, in q8.req
-                    if ib and (self.mom or d.get('ns')) and L.whi <= L.wlo and L.k < MEAN and not (
-                            d.get('gw') or self.meta.get('rr')):
-                        # its bias alone trains, stepped in integers (_ibias): no step reads
-                        # them; dropped with momentum (a MobileNetV2's four bias-only layers:
-                        # 7 KB, the bias velocities' room) or where prepare asks ('ns': the
-                        # plan over its limit); not where its scales grow (q8grow) or ranges
-                        # follow training (q8range)
-                        d.pop('sw', None)
-                    elif 'sw' not in d:     # (dropped by the net's own setup(): read again)
-                        d['sw'] = self._req(d, _f32(d['nq']), 2)
-                # an alias of a shared weight (sa; and bias, sb: utrain.q8share) reads its
-                # owner's state, linked once every layer's is made: none of its own (an
-                # unrolled GRU's 8 aliases' Adam arrays, 59 KB held through setup, 32-bit)
-                sa, sb = L.sa, L.sb
-                if self.mom:
-                    L.vw = None if sa else M.vel(L, n)  # (made with the net: zeros; none: 'nv')
-                    L.vb = None if sb or L.d.get('nbv') else (_i32 if ib else _f32)(oc)
-                # SGD: an int8 fraction (1/256 steps) per trained weight where the table
-                # asks for one (quant.py: convolutions; every layer of a float model
-                # trained as int8), the update exact, no rounding noise (q8kern.upek)
-                L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
-                    n and not self.adam and L.d.get('wf') and not sa) else None
-                L.be = (L.be or bytearray(oc)) if ib else None
-                if L.be is None and L.bf is None:
-                    L.set_bias()
-                if optimizer == 'sgd' and batch == 1 and not (self.mom and L.xo > 1):
-                    continue
-                if not sa and (L.ga is None or len(L.ga) != n):
-                    L.ga = _i32(n)      # (a shared weight's: made with the net)
-                if not sb:
-                    L.ba = _f32(oc)
-                if self.B and not sa:
-                    L.gk = array('i', [0, 0])
-                if self.adam and not sa and (getattr(L, 'wm', None) is None or len(L.wm) != n):
-                    L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
-                if self.adam and not sb:
-                    L.bm, L.bv = _f32(oc), _f32(oc)
-        for L in self.layers:
-            # Adam's masters filled once every layer's arrays are made: the fill's boxed
-            # floats (garbage) between them cut the heap up (hr_rescnn_int8, 32-bit)
-            if self.adam and (L.train or L.xo):
-                L.set_bias()
-        for x in self.ext:      # (q8share, q8tcv, q8emb)
-            if hasattr(x, 'setup'):
-                x.setup(batch)
+        (step); otherwise accum sums gradients and apply updates; their state made once
+        (utrain.q8setup)."""
+        _once('setup', self, optimizer, batch, beta1, beta2, eps, momentum)
 
     def step(self, x, label, lr):
         """One SGD step (batch 1) on int8 sample x with target label; returns loss, hit."""
@@ -793,27 +707,8 @@ class Q8Net:
 
     def load_weights(self, path):
         """The int8 weights and int32 biases a .wof holds (all of weights.wof's layers, or
-        trained.wof's trained ones); float copies follow."""
-        from utrain import wof
-        nb = [None] * self.meta['ntensors']
-        ws = [L for L in self.layers if 'wt' in L.d]
-        for L in ws:
-            nb[L.d['wt']], nb[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
-        with wof.openr(path) as f:
-            offs = wof.read_table(f, path, nb, nb)[0]
-            for L in ws:
-                if offs[L.d['wt']] and L.w is not None:
-                    f.seek(offs[L.d['wt']] + L.wo)
-                    f.readinto(L.w)
-                if offs[L.d['bt']]:
-                    f.seek(offs[L.d['bt']])
-                    L.b = _i32(0, f.read(4 * L.d['nb']))
-                if L.train:
-                    L.set_bias()
-        for x in self.ext:      # (its biases and weights at the scales path's files name)
-            x.loaded(path)
-        from utrain import drop
-        drop('wof')
+        trained.wof's trained ones); float copies follow (utrain.q8setup)."""
+        _once('load_weights', self, path)
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all

@@ -1,9 +1,13 @@
 # utrain.q8's net load, Q8Net.__init__'s work: imported for it and dropped after (code
 # is heap on a board: none of this runs again while the net trains; 6 KB on 32-bit), with
 # what only the load reads: a Layer's set-up (layer), the table's sizes (trained_n ...
-# bcast: host_tools/plan/memory.py plans with them too)
+# bcast: host_tools/plan/memory.py plans with them too), and the int8 trainer's read of
+# its table and check of its settings before it (trainer_cfg: utrain.q8train)
 from array import array
 from utrain import q8kern as K
+# the int8 trainer's (utrain.q8train)
+LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')
+OPTIMIZERS = ('sgd', 'adam')
 # utrain.q8's layer kinds (q8 imports this module, which cannot import it back)
 _FC = 0    # q8.FC
 _CONV = 1  # q8.CONV
@@ -20,6 +24,36 @@ _NRM = 11  # q8.NRM
 _TCV = 12  # q8.TCV
 _EMB = 13  # q8.EMB
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
+
+
+def trainer_cfg(model, keep, settings):
+    """(layer table, settings) of Q8Trainer(model, keep=keep, **settings): q8.json read and
+    checked, the board's choice applied (keep), the settings with their defaults, checked
+    (before the net's load: none of it runs again)."""
+    import json
+    with open(model) as f:
+        try:
+            meta = json.load(f)
+        except (ValueError, RuntimeError):      # (too deep: RuntimeError)
+            meta = None
+    if type(meta) is not dict or meta.get('format') != 'utrain-q8':
+        raise ValueError('%s: not a utrain int8 layer table' % model)
+    if keep is not None:    # prepare --select board: the board's choice (utrain.q8fish)
+        if callable(keep):  # (its scoring pass's table)
+            meta = keep(meta)
+        else:
+            from utrain.q8keep import restrict
+            meta = restrict(meta, keep)
+    c = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
+         'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
+         'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
+    c.update(settings)
+    if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
+            or (c['momentum'] and c['optimizer'] != 'sgd')):
+        raise ValueError('train.json: int8 training takes loss %s, optimizer sgd (with or '
+                         'without momentum) or adam, batch 1 or more (prepare --dequantize '
+                         'trains the model in float with any)' % ' '.join(LOSSES))
+    return meta, c
 
 
 def build(self, meta, wof_path, mom, adam, batch, q8g):
@@ -240,7 +274,7 @@ def build(self, meta, wof_path, mom, adam, batch, q8g):
     self.src = None             # (file, offset) of the sample, read by strips
     self.seed = 12345
     self.first = first
-    # scce's softmax table (_sce; host_tools/prepare/quant.py etab), 256 entries
+    # scce's softmax table (Q8Net.loss; host_tools/prepare/quant.py etab), 256 entries
     e = meta.get('etab')
     self.etab = None
     if e is not None:

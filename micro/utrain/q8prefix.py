@@ -69,7 +69,7 @@ def _make(files, log=None, every=None):
         if ds.x_len != nin or ds.xbytes != nin:
             raise ValueError('%s: the int8 prefix takes int8 samples of %d values' % (p, nin))
         if net is None:
-            net = Q8Net(meta, files['weights'])
+            net = Q8Net(meta, files['weights'], 0.0, 0, 0)    # (forward only: no set-up)
             if every is not None:   # (loaded as the code was: the samples as training runs)
                 from utrain.run import gc_every
                 gc_every(every)

@@ -1,7 +1,9 @@
 # Losses of an int8 model on float targets, loaded only by a run that trains with one
 # (utrain.q8train): the loss on the dequantized output y = s_y (q - z_y) against the
 # targets t, and its gradient dL/dy in floats, which Q8Net._run quantizes to int32 at
-# cce's scale 2^-20 as it does cce's.
+# scale 2^-20.
+# cce: softmax cross-entropy on y against class probabilities t, gradient
+# softmax(y) sum(t) - t; the metric accuracy (the largest logit the most probable class's).
 # mse: sum (y - t)^2 / n, gradient 2 (y - t) / n; mae: sum |y - t| / n, sign(y - t) / n;
 # the metric the mean absolute error, as the float trainer's.
 # bce: y the logits (prepare leaves a final LOGISTIC to the loss, as a final SOFTMAX to
@@ -18,8 +20,29 @@ def use(tr):
     place of the softmax loss, and a test metric (mae) that is better lower (bce: the
     accuracy unless the run's metric is mae, the mean |sigmoid(y) - t|)."""
     net = tr.net
-    sq = tr.cfg['loss'] == 'mse'
+    kind = tr.cfg['loss']
+    sq = kind == 'mse'
     mae = tr.cfg['metric'] == 'mae'
+
+    def cce(x, t, grad=False):
+        lg = net.logits(x)
+        m = max(lg)
+        e = [exp(v - m) for v in lg]
+        s = sum(e)
+        lt = log(s)
+        ls = st = 0.0
+        for i in range(len(t)):
+            if t[i]:
+                ls -= t[i] * (lg[i] - m - lt)
+                st += t[i]
+        c = t.index(max(t))
+        hit = 1 if lg[c] == m and lg.index(m) == c else 0
+        if not grad:
+            return ls, hit
+        dl = [v * st / s for v in e]
+        for i in range(len(dl)):
+            dl[i] -= t[i]
+        return ls, hit, dl
 
     def bce(x, t, grad=False):
         y = net.logits(x)
@@ -56,7 +79,7 @@ def use(tr):
             y[i] = _GMAX if d > _GMAX else -_GMAX if d < -_GMAX else d
         return ls, ae, y
 
-    net.loss = bce if tr.cfg['loss'] == 'bce' else loss
+    net.loss = cce if kind == 'cce' else bce if kind == 'bce' else loss
     if not mae:
         return
 

@@ -13,40 +13,20 @@
 # int32 biases as the weights, Adam's moments as m and v, then the resume block the float
 # Trainer writes (position, sums, best, ...) and the int8 state: b'UTQ8', the rounding
 # generator's state, each trained layer's float32 bias (and Adam master weights).
-import json
-from struct import pack, unpack, calcsize
-from utrain.q8 import Q8Net, _i32, _f32
+from struct import pack, unpack
+from utrain.q8 import Q8Net
 from utrain.data import epoch
 from utrain import drop
-
-LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')
-OPTIMIZERS = ('sgd', 'adam')
 
 
 class Q8Trainer:
     def __init__(self, model='q8.json', weights='weights.wof', keep=None, **settings):
-        with open(model) as f:
-            try:
-                meta = json.load(f)
-            except (ValueError, RuntimeError):      # (too deep: RuntimeError)
-                meta = None
-        if type(meta) is not dict or meta.get('format') != 'utrain-q8':
-            raise ValueError('%s: not a utrain int8 layer table' % model)
-        if keep is not None:    # prepare --select board: the board's choice (utrain.q8fish)
-            if callable(keep):  # (its scoring pass's table)
-                meta = keep(meta)
-            else:
-                from utrain.q8keep import restrict
-                meta = restrict(meta, keep)
-        c = self.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
-                        'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
-                        'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
-        c.update(settings)
-        if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
-                or (c['momentum'] and c['optimizer'] != 'sgd')):
-            raise ValueError('train.json: int8 training takes loss %s, optimizer sgd (with or '
-                             'without momentum) or adam, batch 1 or more (prepare --dequantize '
-                             'trains the model in float with any)' % ' '.join(LOSSES))
+        # (the layer table read and the settings checked by the net's load's module, which
+        # the net drops once it is built: utrain.q8load)
+        from utrain.q8load import trainer_cfg as check
+        meta, c = check(model, keep, settings)
+        check = None
+        self.cfg = c
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
@@ -54,28 +34,15 @@ class Q8Trainer:
         self.net = Q8Net(meta, c.get('base', weights), c['momentum'] if c['optimizer'] ==
                          'sgd' else 0.0, c['optimizer'] == 'adam', 0, int(c['batch']))
         self.weights_path = weights
-        if c['loss'] in LOSSES[2:]:     # (mse, mae, bce: float targets)
-            from utrain.q8reg import use
-            use(self)
-        # the net's load garbage (json's, the layers') collected before the trained
-        # layers' batch / Adam / momentum arrays: else they go beyond it (hr_rescnn_int8)
-        import gc
-        gc.collect()
-        self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
-                       c['momentum'])
-        if 'base' in c:     # ("start": "best": utrain.config)
-            self.net.load_weights(weights)
-        self.epoch = self.pos = self.retries = self.pending = 0
-        self.sums = (0.0, 0.0)
-        self.lr_scale = 1.0
-        self.best = None
-        self.good = None          # the checkpoint last saved or loaded
-        # Ctrl-C exactness (run.py, utrain.once): commit = (pos, sums) at the last whole
-        # batch; dirty while weights change
-        self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
-        self.ds = None     # the dataset _read last checked
-        self.ncls = meta['nclass']
-        self.y = None if c['loss'] == 'scce' else [0.0] * self.ncls
+        if c['momentum'] and c['optimizer'] == 'sgd':
+            # momentum's code (Q8Net.setup loads it) before the set-up's: under it, the
+            # set-up's hole had fallen between the velocities and the rest (microgestes, 32-bit)
+            from utrain import q8mom  # noqa: F401
+        # (the rest once the net is loaded: utrain.q8setup, loaded for it and dropped after)
+        from utrain.q8setup import trainer
+        trainer(self, weights)
+        trainer = None
+        drop('q8setup')
 
     def lower_lr(self, factor):
         self.lr_scale *= factor
@@ -252,93 +219,9 @@ class Q8Trainer:
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
-        from utrain.wof import openr, RESUME, FormatError
-        from utrain.ckread import read_checkpoint
-        self.dirty = True            # until the whole state is in
-        net = self.net
-        ls = self._trained()
-        n = net.meta['ntensors']
-        sizes = [None] * n
-        state = [None] * n
-        nw = {}
-        for L in ls:
-            nw[L] = L.wr()[1] - L.wr()[0]
-            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
-            state[L.d['wt']], state[L.d['bt']] = (len(L.vw) if net.mom else 4 * nw[L]) if (
-                L.vw is not None or not net.mom) else 0, 4 * L.d['nb'] if (
-                L.vb is not None or not net.mom) else 0     # (none: 'nv', 'nbv')
-        part = {}
-        for L in ls:
-            if L.pw:
-                part[L.d['wt']] = (L.wo, len(L.w))
-        with openr(path) as f:
-            h = f.read(20)
-            if len(h) == 20:    # (its m and v tables' offsets: the optimizer that saved it)
-                mo, vo = unpack('<4xII', h[:12])
-                if bool(mo) != bool(net.adam or net.mom and any(state)) or bool(vo) != net.adam:
-                    from utrain.ckread import _kind
-                    raise ValueError('%s: saved training with %s; train.json trains with %s'
-                                     % (path, _kind(mo, vo), (
-                                         'adam' if net.adam else 'sgd with momentum' if net.mom
-                                         else 'sgd without momentum')))
-            f.seek(0)
-            w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True,
-                                                          part=part)
-        r = calcsize(RESUME)
-        want = r + 8 + sum([(4 if L.be is None else 1) * L.d['nb'] + (4 * nw[L] if net.adam else 0)
-                            + (nw[L] if L.wf is not None else 0) for L in ls])
-        for x in net.ext:
-            want += 4 + x.nstate()
-        if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
-                or extra[r:r + 4] != b'UTQ8'):
-            raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
-                              'optimizer %s)' % (path, self.cfg['optimizer']))
-        for L in ls:
-            for k in (L.d['wt'], L.d['bt']):
-                st = k == L.d['bt'] or nw[L]     # (state[k] 0: no velocity, 'nv' / 'nbv')
-                if (st and k not in w) or (st and ((net.adam and (k not in m or k not in v))
-                                          or (net.mom and k not in m and state[k]))):
-                    raise FormatError('%s: no state for tensor %d' % (path, k))
-        _, _, has, pos, s0, s1, scale, be, retries, bl, bm = unpack(RESUME, extra[:r])
-        net.seed = unpack('<I', extra[r + 4:r + 8])[0]
-        o = r + 8
-        for L in ls:
-            wt, bt = L.d['wt'], L.d['bt']
-            if nw[L]:
-                L.w = bytearray(w[wt])
-            L.b = _i32(0, w[bt])
-            nb = L.d['nb']
-            if L.be is not None:            # (the int32 bias's fraction, in place)
-                L.be[:] = extra[o:o + nb]
-            else:
-                nb *= 4
-                L.bf = _f32(0, extra[o:o + nb])
-            L.sync = 0
-            o += nb
-            k = 4 * nw[L]
-            if net.adam:
-                L.am, L.av = (_f32(0, m[wt]), _f32(0, v[wt])) if k else (_f32(0), _f32(0))
-                L.bm, L.bv = _f32(0, m[bt]), _f32(0, v[bt])
-                L.wm = _f32(0, extra[o:o + k])
-                o += k
-            elif net.mom:
-                L.vw = bytearray(m[wt]) if wt in m else L.vw     # (int16: q8mom)
-                if bt in m:
-                    L.vb = (_f32 if L.be is None else _i32)(0, m[bt])
-            if L.wf is not None:            # (in place: no second buffer of its size)
-                L.wf[:] = extra[o:o + nw[L]]
-                o += nw[L]
-        for x in net.ext:           # the scales the saved weights and biases are at
-            if extra[o:o + 4] != x.TAG:
-                raise FormatError('%s: not a checkpoint of this int8 run' % path)
-            x.put(extra[o + 4:o + 4 + x.nstate()])
-            o += 4 + x.nstate()
-        net.zero()
-        net.nstep, self.epoch = step, epoch
-        self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale
-        self.best = (be, bl, bm) if has else None
-        self.pending = 0
-        self.good = path
-        self.commit, self.dirty = (self.pos, self.sums), False
-        drop('ckread')              # (loaded for this: code is heap)
-        drop('wof')
+        # (utrain.q8resume, loaded for it and dropped after: a run that does not resume
+        # never loads its code)
+        from utrain.q8resume import load
+        load(self, path)
+        load = None
+        drop('q8resume')

@@ -597,12 +597,16 @@ def test_sgd_batch_sums_in_weight_steps_of_any_size(tmp_path, mom):
 
 def test_cce_one_hot_equals_scce(tmp_path):
     """scce's softmax in integers (a table of 2^14 exp, the gradient at scale 2^-14) is
-    cce's float softmax on a one-hot target within that resolution."""
+    cce's float softmax on a one-hot target within that resolution (cce: utrain.q8reg's,
+    which the trainer puts in the net's loss's place)."""
+    from types import SimpleNamespace
+    from utrain.q8reg import use
     m, make, xs = _mlp_net(tmp_path)
     net = make()
+    use(SimpleNamespace(net=net, cfg={'loss': 'cce', 'metric': 'accuracy'}))
     for x in xs[:3]:
         xq = net.quantize_input(x.tolist())
-        a = net.loss(xq, 2, True)
+        a = type(net).loss(net, xq, 2, True)
         b = net.loss(xq, [0.0, 0.0, 1.0, 0.0], True)
         assert a[1] == b[1] and abs(a[0] - b[0]) < 1e-3
         assert np.allclose(np.array(a[2], np.float64) / 16384, b[2], atol=3 / 16384)

@@ -175,13 +175,14 @@ def test_int8_load_and_training_code_are_apart(tmp_path, s):
     assert ('q8mom' in after - load) == bool(s.get('momentum'))
     assert ('q8batch' in load) == (s['optimizer'] == 'adam')
     assert said['KEPT'].split() == []
-    from host_tools.plan.memory import Q8_SAVE, plan_heap_q8, q8_after_load, q8_code, target
+    from host_tools.plan.memory import Q8_SAVE, Q8_SETUP, plan_heap_q8, q8_after_load, q8_code, target
     late = set(q8_after_load(s))
     assert not load & late and after - load <= late
+    assert not set(Q8_SETUP) & (load | after)   # (the set-up's: loaded after the load, dropped)
     t = target(None)
     both = q8_code(table, t, settings=s)
     plan = plan_heap_q8({'q8.json': table}, s)
-    assert q8_code(table, t, settings=s, without=tuple(late)) <= plan['parts']['code'] < both
+    assert q8_code(table, t, settings=s, without=tuple(late) + Q8_SETUP) <= plan['parts']['code'] < both
     assert q8_code(table, t, settings=s, without=('q8load',)) < plan['parts']['code']
     assert not set(Q8_SAVE) & after     # (a save's code: loaded for it, dropped after)
 
