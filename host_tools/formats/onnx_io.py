@@ -376,6 +376,9 @@ class _Reader(RecurrentOps):
         self.ops: list[Operator] = []
         self.const: dict[str, np.ndarray] = {}      # ONNX value -> constant (ONNX layout)
         self.inits: set = set()                      # names of initializers
+        self.cnodes: set = set()    # float tensors a Constant node holds (torch's opset-17
+        #                             LayerNorm without affine: its ones and zeros); a
+        #                             weight made of one: export writes it into the node
         self.shape: dict[str, list] = {}             # activation -> ONNX shape
         self.plain: dict[str, int] = {}              # activation -> IR tensor, ONNX layout
         self.nhwc: dict[str, int] = {}               # rank-4 activation -> IR tensor, NHWC
@@ -427,6 +430,8 @@ class _Reader(RecurrentOps):
         if init is None and name in self.reshaped:      # e.g. Unsqueeze(gn.weight)
             init, pre = self.reshaped[name]
             steps = pre + list(steps)
+        elif init is None and name in self.cnodes:
+            init = name         # (a Constant node's tensor: export writes the node's)
         key = (init, repr(list(steps)), v.dtype.str, v.shape) if init is not None else None
         if key in self.shared:
             k = self.shared[key]
@@ -700,6 +705,8 @@ class _Reader(RecurrentOps):
             from onnx import numpy_helper
             if 'value' in a:
                 self.const[node.output[0]] = numpy_helper.to_array(a['value'])
+                if self.const[node.output[0]].dtype.kind == 'f':
+                    self.cnodes.add(node.output[0])
             elif 'value_float' in a:
                 self.const[node.output[0]] = np.array(a['value_float'], np.float32)
             elif 'value_int' in a:
@@ -2600,6 +2607,9 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
     origin = g0.onnx_origin
     orig = onnx.load(os.fspath(model_path))
     inits = {t.name: t for t in orig.graph.initializer}
+    for node in orig.graph.node:    # (a Constant node's tensor: written as an initializer's)
+        if node.op_type == 'Constant' and node.domain in ('', 'ai.onnx'):
+            inits.update((node.output[0], at.t) for at in node.attribute if at.name == 'value')
     vals = {n: numpy_helper.to_array(t).astype(np.float64) for n, t in inits.items()}
     new = {}
     trained = {base.tensors[k].name: np.asarray(w, np.float64) for k, w in weights.items()}
@@ -2676,7 +2686,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         t = inits[init]
         dt = numpy_helper.to_array(t).dtype
         arr = np.asarray(arr).reshape(tuple(t.dims)).astype(dt)
-        t.CopyFrom(numpy_helper.from_array(arr, init))
+        t.CopyFrom(numpy_helper.from_array(arr, t.name))
     atomic_write(out_path, orig.SerializeToString())
     return {'model': os.fspath(model_path), 'tensors': len(new) + len(attrs), 'clipped': 0,
             'onnx': True}

@@ -1405,6 +1405,42 @@ def test_weight_transposed_by_a_node_exports(tmp_path, how):
     assert onnx.load(out).graph.initializer[0].data_type == init.data_type
 
 
+def test_weight_held_by_a_constant_node_trains_and_exports(tmp_path):
+    """torch.onnx.export at opset 17 writes nn.LayerNorm(elementwise_affine=False) as a
+    LayerNormalization whose scale and bias are Constant nodes' tensors (constant folding
+    on, the default): they trained, and export refused them as 'computed from initializers
+    (do_constant_folding=False)', the run's result lost.  A Constant node's float tensor
+    is written back into the node as an initializer is: ORT on the export = utrain's
+    trained forward."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((4, 3))).astype(np.float32)
+    nodes = [helper.make_node('Constant', [], ['s'], value=numpy_helper.from_array(
+                 np.ones(3, np.float32), 's')),
+             helper.make_node('Constant', [], ['b'], value=numpy_helper.from_array(
+                 np.zeros(3, np.float32), 'b')),
+             helper.make_node('MatMul', ['x', 'w'], ['h']),
+             helper.make_node('LayerNormalization', ['h', 's', 'b'], ['y'], axis=-1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])],
+                          [numpy_helper.from_array(w, 'w')])
+    p = os.fspath(tmp_path / 'ln.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
+            epochs=2, log=lambda *a: None)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert [n.op_type for n in onnx.load(out).graph.node] == [n.op_type for n in nodes]
+    scale = numpy_helper.to_array(onnx.load(out).graph.node[0].attribute[0].t)
+    assert np.abs(scale - 1).max() > 1e-3       # (the Constant node's scale trained)
+
+
 def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
     RandomNormalLike, the log-probability of it, beside the value head) was refused at
