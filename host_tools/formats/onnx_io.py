@@ -2293,17 +2293,15 @@ class _Reader(RecurrentOps):
 
     def op_Pad(self, node, ins, a, i):
         mode = a.get('mode', 'constant')
-        if mode != 'constant':
-            self.err(f'mode {mode}: utrain pads with zeros')
+        if isinstance(mode, bytes):
+            mode = mode.decode()
+        if mode not in ('constant', 'reflect', 'edge', 'wrap'):
+            self.err(f'mode {mode}: utrain pads with zeros, a reflection, the edge or a wrap')
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
         pads = [int(x) for x in self.cval(ins[1], 'pads')] if len(ins) > 1 and ins[1] \
             else list(a.get('pads'))
-        value = float(np.asarray(self.const[ins[2]]).reshape(-1)[0]) \
-            if len(ins) > 2 and ins[2] else float(a.get('value', 0.0))
-        if value != 0:
-            self.err(f'pad value {value}: utrain pads with zeros')
         axes = [int(x) % r for x in self.cval(ins[3], 'axes')] if len(ins) > 3 and ins[3] \
             else list(range(r))
         pp = [[0, 0] for _ in range(r)]
@@ -2311,6 +2309,12 @@ class _Reader(RecurrentOps):
             pp[d] = [pads[j], pads[j + len(axes)]]
         if min(min(p) for p in pp) < 0:
             self.err('negative pads (crops) are not supported')
+        if mode != 'constant':
+            return self._pad_from_edges(node, v, s, pp, mode, i)
+        value = float(np.asarray(self.const[ins[2]]).reshape(-1)[0]) \
+            if len(ins) > 2 and ins[2] else float(a.get('value', 0.0))
+        if value != 0:
+            self.err(f'pad value {value}: utrain pads with zeros')
         out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
@@ -2318,6 +2322,30 @@ class _Reader(RecurrentOps):
         x = self.get(v, lay)
         pk = self.tensor(node.output[0] + '/paddings', [len(pp), 2], np.array(pp, np.int32))
         self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
+
+    def _pad_from_edges(self, node, v, s, pp, mode, i):
+        """Pad of mode reflect (torch's F.pad 'reflect'), edge ('replicate') or wrap
+        ('circular'): along each padded axis a Gather of the input's own elements at
+        constant indices (op_Gather: STRIDED_SLICEs and a CONCATENATION, which train)."""
+        from onnx import helper
+        cur, last = v, max(d for d, p in enumerate(pp) if p[0] or p[1])
+        for d, (p0, p1) in enumerate(pp):
+            if not (p0 or p1):
+                continue
+            n = s[d]
+            if mode == 'reflect' and max(p0, p1) > n - 1 or mode == 'wrap' and max(p0, p1) > n:
+                self.err(f'{mode} pads {[p0, p1]} of an axis of {n}: a reflection pads at most '
+                         'n - 1, a wrap n')
+            k = np.arange(-p0, n + p1)
+            idx = (np.clip(k, 0, n - 1) if mode == 'edge' else k % n if mode == 'wrap' else
+                   np.abs(k) - 2 * np.maximum(k - (n - 1), 0))
+            out = node.output[0] if d == last else f'{node.output[0]}/pad{d}'
+            self.const[out + '/idx'] = idx.astype(np.int64)
+            self.op_Gather(helper.make_node('Gather', [cur, out + '/idx'], [out], axis=d),
+                           [cur, out + '/idx'], {'axis': d}, i)
+            s = list(s)
+            s[d] = n + p0 + p1
+            cur = out
 
 
 def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):

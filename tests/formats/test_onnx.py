@@ -1441,6 +1441,44 @@ def test_weight_held_by_a_constant_node_trains_and_exports(tmp_path):
     assert np.abs(scale - 1).max() > 1e-3       # (the Constant node's scale trained)
 
 
+def test_reflect_edge_and_wrap_pads_train_as_ort_runs_them(tmp_path):
+    """torch's F.pad(mode='reflect' / 'replicate' / 'circular') exports Pad of mode
+    reflect / edge / wrap, refused ('utrain pads with zeros').  Each padded axis is a
+    Gather of the input's own elements (slices and a concatenation, which train): utrain's
+    forward = ORT's, before and after training, and export writes the trained weights."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    def c(name, *sh):
+        return numpy_helper.from_array((0.5 * r.standard_normal(sh)).astype(np.float32), name)
+    def pads(name, v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [c('w', 3, 2, 3, 3), c('b', 3), c('wo', 3 * 8 * 12, 2),
+             pads('p1', [0, 0, 1, 2, 0, 0, 2, 1]), pads('p2', [0, 0, 0, 1, 0, 0, 0, 2]),
+             pads('p3', [0, 0, 2, 0, 0, 0, 1, 3]), pads('flat', [1, -1])]
+    nodes = [helper.make_node('Pad', ['x', 'p1'], ['a'], mode='reflect'),
+             helper.make_node('Conv', ['a', 'w', 'b'], ['h']),
+             helper.make_node('Pad', ['h', 'p2'], ['e'], mode='edge'),
+             helper.make_node('Pad', ['e', 'p3'], ['g'], mode='wrap'),
+             helper.make_node('Reshape', ['g', 'flat'], ['f']),
+             helper.make_node('MatMul', ['f', 'wo'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 4, 5])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
+    p = os.fspath(tmp_path / 'pads.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 19)]), p)
+    xs = r.standard_normal((8, 2, 4, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.002,
+            epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
+
+
 def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
     RandomNormalLike, the log-probability of it, beside the value head) was refused at
