@@ -1575,13 +1575,72 @@ class _Reader(RecurrentOps):
         # a max pool ignores padding, TFLite's SAME average pool counts valid inputs
         # only; ONNX's count_include_pad counts the zeros: a PAD in front
         zeros = name == 'AVERAGE_POOL_2D' and bool(a.get('count_include_pad', 0)) and any(pads)
-        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zeros, not zeros)
+        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zeros, not zeros) \
+            if [OH, OW] == _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, 0) else (None, None)
         if y is None:
-            self.err(f'pads {list(pads)} (ceil_mode {a.get("ceil_mode", 0)}) differ from '
-                     'TFLite SAME and VALID padding, which utrain pools with')
+            return self._pool_padded(node, x, H, W, C, kh, kw, sh, sw, pads, OH, OW, name,
+                                     bool(a.get('count_include_pad', 0)))
         self.emit(name, [y], [self.out(node.output[0], 'nhwc')], padding=pad, stride_h=sh,
                   stride_w=sw, filter_height=kh, filter_width=kw,
                   fused_activation_function='NONE')
+
+    def _pool_padded(self, node, x, H, W, C, kh, kw, sh, sw, pads, OH, OW, name, incl):
+        """A pool whose pads (or ceil_mode's last window) are no TFLite SAME or VALID: the
+        map padded to the windows (a max pool: its edge rows and columns repeated, which
+        every window holding them holds too; an average pool: zeros), pooled VALID; an
+        average pool's sums then divided by what each window counts (the input's cells,
+        and count_include_pad's pads), a constant map."""
+        t, l, pb, pr = pads
+        b = max(0, (OH - 1) * sh + kh - H - t)
+        r = max(0, (OW - 1) * sw + kw - W - l)
+        if name == 'MAX_POOL_2D':
+            y = self._edge_nhwc(self._edge_nhwc(x, 1, t, b), 2, l, r)
+        else:
+            y = self.tensor(self.tensors[x].name + '/padded', [1, H + t + b, W + l + r, C])
+            pk = self.tensor(self.tensors[x].name + '/pad', [4, 2],
+                             np.array([[0, 0], [t, b], [l, r], [0, 0]], np.int32))
+            self.emit('PAD', [x, pk], [y])
+
+        def counts(o, k, s, p0, n, p1):
+            lo, hi = (-p0, n + p1) if incl else (0, n)
+            st = np.arange(o) * s - p0
+            return np.minimum(st + k, hi) - np.maximum(st, lo)
+        div = np.outer(counts(OH, kh, sh, t, H, pb), counts(OW, kw, sw, l, W, pr))
+        out = self.out(node.output[0], 'nhwc')
+        avg = name == 'AVERAGE_POOL_2D' and np.any(div != kh * kw)
+        p = self.tensor(self.tensors[out].name + '/sums', [1, OH, OW, C]) if avg else out
+        self.emit(name, [y], [p], padding='VALID', stride_h=sh, stride_w=sw,
+                  filter_height=kh, filter_width=kw, fused_activation_function='NONE')
+        if avg:
+            m = self.tensor(self.tensors[out].name + '/counted', [1, OH, OW, 1],
+                            (kh * kw / div).reshape(1, OH, OW, 1).astype(np.float32))
+            self.tensors[m].frozen = True
+            self.emit('MUL', [p, m], [out], fused_activation_function='NONE')
+
+    def _edge_nhwc(self, x, axis, before, after):
+        """IR tensor x with its first element along axis repeated before times ahead of it
+        and its last after times behind it: STRIDED_SLICEs and a CONCATENATION."""
+        if not (before or after):
+            return x
+        s = list(self.tensors[x].shape)
+        base = f'{self.tensors[x].name}/edge{axis}'
+        parts = []
+        for k, m in ((0, before), (s[axis] - 1, after)):
+            if not m:
+                parts.append([])
+                continue
+            begin, end, ps = [0] * len(s), list(s), list(s)
+            begin[axis], end[axis], ps[axis] = k, k + 1, 1
+            e = self.tensor(f'{base}/at{k}', ps)
+            ks = [self.tensor(f'{base}/{w}{k}', [len(s)], np.array(z, np.int32))
+                  for w, z in (('begin', begin), ('end', end), ('strides', [1] * len(s)))]
+            self.emit('STRIDED_SLICE', [x] + ks, [e])
+            parts.append([e] * m)
+        s[axis] += before + after
+        y = self.tensor(base, s)
+        self.emit('CONCATENATION', parts[0] + [x] + parts[1], [y], axis=axis,
+                  fused_activation_function='NONE')
+        return y
 
     def op_MaxPool(self, node, ins, a, i):
         if len(node.output) > 1 and node.output[1]:

@@ -1479,6 +1479,47 @@ def test_reflect_edge_and_wrap_pads_train_as_ort_runs_them(tmp_path):
     assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
 
 
+def test_pools_with_pads_no_tflite_padding_is_run_as_ort_runs_them(tmp_path):
+    """torch's AvgPool2d / MaxPool2d with ceil_mode=True or pads TFLite's SAME does not
+    make (AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False) on 8 x 8)
+    were refused ('pads differ from TFLite SAME and VALID padding').  They pool the map
+    padded to the windows (a max pool: edge rows repeated, right for negative inputs too;
+    an average pool: zeros, the sums divided by what each window counts): utrain's
+    forward = ORT's, and it trains."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    pools = [('AveragePool', dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                  ceil_mode=1, count_include_pad=0)),
+             ('AveragePool', dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1],
+                                  ceil_mode=1, count_include_pad=1)),
+             ('MaxPool', dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+             ('MaxPool', dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1]))]
+    nodes, flat, n = [], [], 0
+    for j, (op, at) in enumerate(pools):
+        nodes.append(helper.make_node(op, ['x'], [f'p{j}'], **at))
+        nodes.append(helper.make_node('Flatten', [f'p{j}'], [f'f{j}']))
+        flat.append(f'f{j}')
+    nodes += [helper.make_node('Concat', flat, ['f'], axis=1),
+              helper.make_node('MatMul', ['f', 'w'], ['y'])]
+    sizes = 2 * (16 + 16 + 16 + 9)      # (outputs of 7 x 7: 4, 4, 4 and 3 a side)
+    w = numpy_helper.from_array((0.3 * r.standard_normal((sizes, 2))).astype(np.float32), 'w')
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 7, 7])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], [w])
+    p = os.fspath(tmp_path / 'pools.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    xs = (r.standard_normal((8, 2, 7, 7)) - 1).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.01,
+            epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
+
+
 def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
     RandomNormalLike, the log-probability of it, beside the value head) was refused at
