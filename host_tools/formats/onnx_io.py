@@ -137,7 +137,7 @@ SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
     'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
-    'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
+    'HardSwish', 'Identity', 'Einsum (a matrix product)', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
@@ -1363,6 +1363,71 @@ class _Reader(RecurrentOps):
                 self.skip.add(self._index(cs[0]))
                 out = cs[0].output[0]
         self._fc(node, ins[0], ins[1], B, [('T', (1, 0))], bias, 1.0, out)
+
+    def op_Einsum(self, node, ins, a, i):
+        """Einsum of two operands that is a matrix product (attention's 'bhid,bhjd->bhij',
+        'bij,bjk->bik', a weight's 'bti,io->bto'): each operand transposed to [batch
+        letters, its own letters, the summed letters] and reshaped to 3-D (2-D with no
+        batch letter: a weight's MatMul, a FULLY_CONNECTED), one MatMul, the product
+        reshaped and transposed to the output's letters (nodes read as the file's)."""
+        from onnx import helper
+        eq = a.get('equation', '')
+        eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(' ', '')
+        lhs, _, out = eq.partition('->')
+        terms = lhs.split(',')
+        if len(terms) != 2 or len(ins) != 2 or '.' in eq or not _:
+            self.err(f'equation {eq!r}: utrain reads an Einsum of two operands with an '
+                     'explicit output and no ellipsis (a matrix product); write it with '
+                     'torch.matmul / transpose')
+        shapes = [list(np.shape(self.const[v])) if v in self.const else self.oshape(v)
+                  for v in ins]
+        size = {}
+        for t, sh in zip(terms, shapes):
+            if len(t) != len(sh) or len(set(t)) != len(t):
+                self.err(f'equation {eq!r} for operands of shapes {shapes}: each letter once '
+                         'an operand, a letter an axis')
+            for c, n in zip(t, sh):
+                if size.setdefault(c, n) != n:
+                    self.err(f'equation {eq!r}: letter {c!r} is {size[c]} and {n} long '
+                             '(broadcast): utrain reads equal sizes')
+        A, B = terms
+        batch = [c for c in out if c in A and c in B]
+        m = [c for c in out if c in A and c not in B]
+        n = [c for c in out if c in B and c not in A]
+        k = [c for c in A if c in B and c not in out]
+        if sorted(batch + m + n) != sorted(out) or len(set(out)) != len(out) or \
+                len(batch + m + k) != len(A) or len(batch + n + k) != len(B):
+            self.err(f'equation {eq!r}: a letter summed in one operand only, or an output '
+                     'letter of neither: utrain reads matrix products')
+        base = node.output[0]
+
+        def sub(op, xs, name, **at):
+            self.step(i, helper.make_node(op, xs, [name], **at))
+            return name
+
+        def shaped(v, name, want):
+            if list(np.shape(self.const[v]) if v in self.const else self.oshape(v)) == want:
+                return v
+            self.const[name + '/shape'] = np.array(want, np.int64)
+            return sub('Reshape', [v, name + '/shape'], name)
+
+        def arrange(v, t, groups, name):
+            order = batch + [c for g in groups for c in g]
+            perm = [t.index(c) for c in order]
+            if perm != list(range(len(t))):
+                v = sub('Transpose', [v], name + '/t', perm=perm)
+            dims = [int(np.prod([size[c] for c in g])) for g in ([batch] if batch else []) + groups]
+            return shaped(v, name + '/r', dims)
+        x0 = arrange(ins[0], A, [m, k], base + '/a')
+        x1 = arrange(ins[1], B, [k, n], base + '/b')
+        prod = sub('MatMul', [x0, x1], base + '/mm')
+        full = batch + m + n
+        y = shaped(prod, base + '/o', [size[c] for c in full])
+        perm = [full.index(c) for c in out]
+        if perm != list(range(len(out))):
+            sub('Transpose', [y], base, perm=perm)
+        else:
+            self.alias(base, y)
 
     def _batch_matmul(self, node, ins):
         """MatMul of two activations (attention's Q K^T, P V) or by a constant that is not

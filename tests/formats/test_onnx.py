@@ -1520,6 +1520,51 @@ def test_pools_with_pads_no_tflite_padding_is_run_as_ort_runs_them(tmp_path):
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
 
 
+def test_einsum_matrix_products_train_and_export(tmp_path):
+    """torch.einsum in a model's forward (attention written 'bhid,bhjd->bhij', a weight
+    applied 'bti,oi->bto') exports Einsum nodes, refused ('cannot read ONNX op Einsum').
+    A two-operand Einsum that is a matrix product reads as transposes, reshapes and one
+    MatMul: utrain's forward = ORT's, the weights in it train and export writes them back
+    (a transposed one as the file holds it)."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    def c(name, *sh):
+        return numpy_helper.from_array((0.5 * r.standard_normal(sh)).astype(np.float32), name)
+    def ints(name, v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [c('wq', 6, 4), c('wk', 4, 6), c('wo', 3, 4), ints('heads', [1, 5, 2, 3]),
+             ints('flat', [1, -1]), c('wc', 45, 2)]
+    nodes = [helper.make_node('Einsum', ['x', 'wq'], ['q'], equation='bti,oi->bto'),
+             helper.make_node('Einsum', ['x', 'wk'], ['k'], equation='bti,io->bto'),
+             helper.make_node('Reshape', ['q', 'heads'], ['q4']),
+             helper.make_node('Reshape', ['k', 'heads'], ['k4']),
+             helper.make_node('Einsum', ['q4', 'k4'], ['s'], equation='bihd,bjhd->bhij'),
+             helper.make_node('Softmax', ['s'], ['p'], axis=-1),
+             helper.make_node('Einsum', ['p', 'k4'], ['v'], equation='bhij,bjhd->bihd'),
+             helper.make_node('Reshape', ['v', 'flat'], ['f0']),
+             helper.make_node('Einsum', ['x', 'wo'], ['u'], equation='btc,dc->btd'),
+             helper.make_node('Reshape', ['u', 'flat'], ['f1']),
+             helper.make_node('Concat', ['f0', 'f1'], ['f'], axis=1),
+             helper.make_node('MatMul', ['f', 'wc'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 5, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
+    p = os.fspath(tmp_path / 'einsum.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    xs = r.standard_normal((8, 5, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
+                lr=0.02, epochs=2, log=lambda *a: None)
+    assert len(s['trainable']) == 4, s['trainable']        # (wq, wk, wo, wc)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
+
+
 def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
     RandomNormalLike, the log-probability of it, beside the value head) was refused at
