@@ -173,7 +173,17 @@ def dead_relu(run_dir, g, params, x, model_path) -> str | None:
         ('RELU', 'RELU6')) and ranges.get(g.tensors[op.outputs[0]].name, (0, 1))[1] <= 0]
     if not dead:
         return None
-    op = dead[-1]
+    # the gradient reaches a tensor from the outputs through every op but the dead ones: a
+    # ReLU with a path around it (a MINIMUM / MAXIMUM spelled a - RELU(a - b), the guard of
+    # an L2 normalisation's never reached) leaves what is before it learning
+    reach, off = set(g.outputs), {id(op) for op in dead}
+    for op in reversed(g.ops):
+        if id(op) not in off and reach.intersection(op.outputs):
+            reach.update(op.inputs)
+    cut = {k for k in params if k not in reach}
+    if not cut:
+        return None
+    op = [d for d in dead if any(set(o.inputs) & cut for o in g.ops[:g.ops.index(d) + 1])][-1]
     n = int(np.prod(g.tensors[op.outputs[0]].shape[1:]))
     return (f'{model_path}: warning: op {op.number} {op.name}: all {n} of its ReLU outputs '
             f'are 0 on the {len(x)} training samples looked at (every unit off): no '
