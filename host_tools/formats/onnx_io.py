@@ -278,7 +278,7 @@ SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Ceil', 'Clip', 'Concat', 'Constant',
     'Cast (to float)', 'Celu', 'Conv', 'DepthToSpace', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
-    'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
+    'HardSwish', 'Identity', 'Einsum (a matrix product)', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Round', 'Floor',
@@ -519,6 +519,9 @@ class _Reader(RecurrentOps):
         self.ops: list[Operator] = []
         self.const: dict[str, np.ndarray] = {}      # ONNX value -> constant (ONNX layout)
         self.inits: set = set()                      # names of initializers
+        self.cnodes: set = set()    # float tensors a Constant node holds (torch's opset-17
+        #                             LayerNorm without affine: its ones and zeros); a
+        #                             weight made of one: export writes it into the node
         self.shape: dict[str, list] = {}             # activation -> ONNX shape
         self.plain: dict[str, int] = {}              # activation -> IR tensor, ONNX layout
         self.nhwc: dict[str, int] = {}               # rank-4 activation -> IR tensor, NHWC
@@ -570,6 +573,8 @@ class _Reader(RecurrentOps):
         if init is None and name in self.reshaped:      # e.g. Unsqueeze(gn.weight)
             init, pre = self.reshaped[name]
             steps = pre + list(steps)
+        elif init is None and name in self.cnodes:
+            init = name         # (a Constant node's tensor: export writes the node's)
         key = (init, repr(list(steps)), v.dtype.str, v.shape) if init is not None else None
         if key in self.shared:
             k = self.shared[key]
@@ -845,6 +850,8 @@ class _Reader(RecurrentOps):
             from onnx import numpy_helper
             if 'value' in a:
                 self.const[node.output[0]] = numpy_helper.to_array(a['value'])
+                if self.const[node.output[0]].dtype.kind == 'f':
+                    self.cnodes.add(node.output[0])
             elif 'value_float' in a:
                 self.const[node.output[0]] = np.array(a['value_float'], np.float32)
             elif 'value_int' in a:
@@ -1521,6 +1528,71 @@ class _Reader(RecurrentOps):
                 out = cs[0].output[0]
         self._fc(node, ins[0], ins[1], B, [('T', (1, 0))], bias, 1.0, out)
 
+    def op_Einsum(self, node, ins, a, i):
+        """Einsum of two operands that is a matrix product (attention's 'bhid,bhjd->bhij',
+        'bij,bjk->bik', a weight's 'bti,io->bto'): each operand transposed to [batch
+        letters, its own letters, the summed letters] and reshaped to 3-D (2-D with no
+        batch letter: a weight's MatMul, a FULLY_CONNECTED), one MatMul, the product
+        reshaped and transposed to the output's letters (nodes read as the file's)."""
+        from onnx import helper
+        eq = a.get('equation', '')
+        eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(' ', '')
+        lhs, _, out = eq.partition('->')
+        terms = lhs.split(',')
+        if len(terms) != 2 or len(ins) != 2 or '.' in eq or not _:
+            self.err(f'equation {eq!r}: utrain reads an Einsum of two operands with an '
+                     'explicit output and no ellipsis (a matrix product); write it with '
+                     'torch.matmul / transpose')
+        shapes = [list(np.shape(self.const[v])) if v in self.const else self.oshape(v)
+                  for v in ins]
+        size = {}
+        for t, sh in zip(terms, shapes):
+            if len(t) != len(sh) or len(set(t)) != len(t):
+                self.err(f'equation {eq!r} for operands of shapes {shapes}: each letter once '
+                         'an operand, a letter an axis')
+            for c, n in zip(t, sh):
+                if size.setdefault(c, n) != n:
+                    self.err(f'equation {eq!r}: letter {c!r} is {size[c]} and {n} long '
+                             '(broadcast): utrain reads equal sizes')
+        A, B = terms
+        batch = [c for c in out if c in A and c in B]
+        m = [c for c in out if c in A and c not in B]
+        n = [c for c in out if c in B and c not in A]
+        k = [c for c in A if c in B and c not in out]
+        if sorted(batch + m + n) != sorted(out) or len(set(out)) != len(out) or \
+                len(batch + m + k) != len(A) or len(batch + n + k) != len(B):
+            self.err(f'equation {eq!r}: a letter summed in one operand only, or an output '
+                     'letter of neither: utrain reads matrix products')
+        base = node.output[0]
+
+        def sub(op, xs, name, **at):
+            self.step(i, helper.make_node(op, xs, [name], **at))
+            return name
+
+        def shaped(v, name, want):
+            if list(np.shape(self.const[v]) if v in self.const else self.oshape(v)) == want:
+                return v
+            self.const[name + '/shape'] = np.array(want, np.int64)
+            return sub('Reshape', [v, name + '/shape'], name)
+
+        def arrange(v, t, groups, name):
+            order = batch + [c for g in groups for c in g]
+            perm = [t.index(c) for c in order]
+            if perm != list(range(len(t))):
+                v = sub('Transpose', [v], name + '/t', perm=perm)
+            dims = [int(np.prod([size[c] for c in g])) for g in ([batch] if batch else []) + groups]
+            return shaped(v, name + '/r', dims)
+        x0 = arrange(ins[0], A, [m, k], base + '/a')
+        x1 = arrange(ins[1], B, [k, n], base + '/b')
+        prod = sub('MatMul', [x0, x1], base + '/mm')
+        full = batch + m + n
+        y = shaped(prod, base + '/o', [size[c] for c in full])
+        perm = [full.index(c) for c in out]
+        if perm != list(range(len(out))):
+            sub('Transpose', [y], base, perm=perm)
+        else:
+            self.alias(base, y)
+
     def _batch_matmul(self, node, ins):
         """MatMul of two activations (attention's Q K^T, P V) or by a constant that is not
         a 2-D weight: BATCH_MATMUL over the broadcast batch axes (a constant operand
@@ -1779,13 +1851,72 @@ class _Reader(RecurrentOps):
         # a max pool ignores padding, TFLite's SAME average pool counts valid inputs
         # only; ONNX's count_include_pad counts the zeros: a PAD in front
         zeros = name == 'AVERAGE_POOL_2D' and bool(a.get('count_include_pad', 0)) and any(pads)
-        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zeros, not zeros)
+        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zeros, not zeros) \
+            if [OH, OW] == _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, 0) else (None, None)
         if y is None:
-            self.err(f'pads {list(pads)} (ceil_mode {a.get("ceil_mode", 0)}) differ from '
-                     'TFLite SAME and VALID padding, which utrain pools with')
+            return self._pool_padded(node, x, H, W, C, kh, kw, sh, sw, pads, OH, OW, name,
+                                     bool(a.get('count_include_pad', 0)))
         self.emit(name, [y], [self.out(node.output[0], 'nhwc')], padding=pad, stride_h=sh,
                   stride_w=sw, filter_height=kh, filter_width=kw,
                   fused_activation_function='NONE')
+
+    def _pool_padded(self, node, x, H, W, C, kh, kw, sh, sw, pads, OH, OW, name, incl):
+        """A pool whose pads (or ceil_mode's last window) are no TFLite SAME or VALID: the
+        map padded to the windows (a max pool: its edge rows and columns repeated, which
+        every window holding them holds too; an average pool: zeros), pooled VALID; an
+        average pool's sums then divided by what each window counts (the input's cells,
+        and count_include_pad's pads), a constant map."""
+        t, l, pb, pr = pads
+        b = max(0, (OH - 1) * sh + kh - H - t)
+        r = max(0, (OW - 1) * sw + kw - W - l)
+        if name == 'MAX_POOL_2D':
+            y = self._edge_nhwc(self._edge_nhwc(x, 1, t, b), 2, l, r)
+        else:
+            y = self.tensor(self.tensors[x].name + '/padded', [1, H + t + b, W + l + r, C])
+            pk = self.tensor(self.tensors[x].name + '/pad', [4, 2],
+                             np.array([[0, 0], [t, b], [l, r], [0, 0]], np.int32))
+            self.emit('PAD', [x, pk], [y])
+
+        def counts(o, k, s, p0, n, p1):
+            lo, hi = (-p0, n + p1) if incl else (0, n)
+            st = np.arange(o) * s - p0
+            return np.minimum(st + k, hi) - np.maximum(st, lo)
+        div = np.outer(counts(OH, kh, sh, t, H, pb), counts(OW, kw, sw, l, W, pr))
+        out = self.out(node.output[0], 'nhwc')
+        avg = name == 'AVERAGE_POOL_2D' and np.any(div != kh * kw)
+        p = self.tensor(self.tensors[out].name + '/sums', [1, OH, OW, C]) if avg else out
+        self.emit(name, [y], [p], padding='VALID', stride_h=sh, stride_w=sw,
+                  filter_height=kh, filter_width=kw, fused_activation_function='NONE')
+        if avg:
+            m = self.tensor(self.tensors[out].name + '/counted', [1, OH, OW, 1],
+                            (kh * kw / div).reshape(1, OH, OW, 1).astype(np.float32))
+            self.tensors[m].frozen = True
+            self.emit('MUL', [p, m], [out], fused_activation_function='NONE')
+
+    def _edge_nhwc(self, x, axis, before, after):
+        """IR tensor x with its first element along axis repeated before times ahead of it
+        and its last after times behind it: STRIDED_SLICEs and a CONCATENATION."""
+        if not (before or after):
+            return x
+        s = list(self.tensors[x].shape)
+        base = f'{self.tensors[x].name}/edge{axis}'
+        parts = []
+        for k, m in ((0, before), (s[axis] - 1, after)):
+            if not m:
+                parts.append([])
+                continue
+            begin, end, ps = [0] * len(s), list(s), list(s)
+            begin[axis], end[axis], ps[axis] = k, k + 1, 1
+            e = self.tensor(f'{base}/at{k}', ps)
+            ks = [self.tensor(f'{base}/{w}{k}', [len(s)], np.array(z, np.int32))
+                  for w, z in (('begin', begin), ('end', end), ('strides', [1] * len(s)))]
+            self.emit('STRIDED_SLICE', [x] + ks, [e])
+            parts.append([e] * m)
+        s[axis] += before + after
+        y = self.tensor(base, s)
+        self.emit('CONCATENATION', parts[0] + [x] + parts[1], [y], axis=axis,
+                  fused_activation_function='NONE')
+        return y
 
     def op_MaxPool(self, node, ins, a, i):
         if len(node.output) > 1 and node.output[1]:
@@ -2527,10 +2658,13 @@ class _Reader(RecurrentOps):
     def op_Pad(self, node, ins, a, i):
         """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect; mode
         edge: the border row repeated, Operator.edge), the last two spelled by prepare
-        (spellings.pads_to_concat); negative pads crop first (a STRIDED_SLICE)."""
+        (spellings.mirror_pads, pads_to_concat); negative pads crop first (a
+        STRIDED_SLICE); mode wrap: _pad_from_edges."""
         mode = a.get('mode', 'constant')
-        if mode not in ('constant', 'reflect', 'edge'):
-            self.err(f'mode {mode}: utrain pads with a constant, reflects or repeats the edge')
+        if isinstance(mode, bytes):
+            mode = mode.decode()
+        if mode not in ('constant', 'reflect', 'edge', 'wrap'):
+            self.err(f'mode {mode}: utrain pads with a constant, a reflection, the edge or a wrap')
         v = ins[0]
         s = self.oshape(v)
         r = len(s)
@@ -2543,6 +2677,11 @@ class _Reader(RecurrentOps):
         pp = [[0, 0] for _ in range(r)]
         for j, d in enumerate(axes):
             pp[d] = [pads[j], pads[j + len(axes)]]
+        if mode == 'wrap' and any(p[0] or p[1] for p in pp):   # (F.pad circular)
+            if min(min(p) for p in pp) < 0:
+                self.err('negative pads (crops) with mode wrap are not supported: crop first '
+                         '(a Slice), then pad')
+            return self._pad_from_edges(node, v, s, pp, mode, i)
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         x = self.get(v, lay)
         if min(min(p) for p in pp) < 0:         # (a crop: F.pad with negative pads)
@@ -2573,6 +2712,32 @@ class _Reader(RecurrentOps):
             self.emit('PADV2', [x, pk, k], [y])
         else:
             self.emit('PAD', [x, pk], [y])
+
+    def _pad_from_edges(self, node, v, s, pp, mode, i):
+        """Pad of mode wrap (torch's F.pad 'circular'; op_Pad's reflect and edge are a
+        MIRROR_PAD, but this reads them too): along each padded axis a Gather of the
+        input's own elements at constant indices (op_Gather: STRIDED_SLICEs and a
+        CONCATENATION, which train)."""
+        from onnx import helper
+        cur, last = v, max(d for d, p in enumerate(pp) if p[0] or p[1])
+        for d, (p0, p1) in enumerate(pp):
+            if not (p0 or p1):
+                continue
+            n = s[d]
+            if mode == 'reflect' and max(p0, p1) > n - 1 or mode == 'wrap' and max(p0, p1) > n:
+                self.err(f'{mode} pads {[p0, p1]} of an axis of {n}: a reflection pads at most '
+                         'n - 1, a wrap n')
+            k = np.arange(-p0, n + p1)
+            idx = (np.clip(k, 0, n - 1) if mode == 'edge' else k % n if mode == 'wrap' else
+                   np.abs(k) - 2 * np.maximum(k - (n - 1), 0))
+            out = node.output[0] if d == last else f'{node.output[0]}/pad{d}'
+            self.const[out + '/idx'] = idx.astype(np.int64)
+            self.op_Gather(helper.make_node('Gather', [cur, out + '/idx'], [out], axis=d),
+                           [cur, out + '/idx'], {'axis': d}, i)
+            s = list(s)
+            s[d] = n + p0 + p1
+            cur = out
+
 
 def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
     t, l, b, r = pads
@@ -2889,6 +3054,9 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
     origin = g0.onnx_origin
     orig = onnx.load(os.fspath(model_path))
     inits = {t.name: t for t in orig.graph.initializer}
+    for node in orig.graph.node:    # (a Constant node's tensor: written as an initializer's)
+        if node.op_type == 'Constant' and node.domain in ('', 'ai.onnx'):
+            inits.update((node.output[0], at.t) for at in node.attribute if at.name == 'value')
     vals = {n: numpy_helper.to_array(t).astype(np.float64) for n, t in inits.items()}
     new = {}
     trained = {base.tensors[k].name: np.asarray(w, np.float64) for k, w in weights.items()}
@@ -2966,7 +3134,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         t = inits[init]
         dt = numpy_helper.to_array(t).dtype
         arr = np.asarray(arr).reshape(tuple(t.dims)).astype(dt)
-        t.CopyFrom(numpy_helper.from_array(arr, init))
+        t.CopyFrom(numpy_helper.from_array(arr, t.name))
     atomic_write(out_path, orig.SerializeToString())
     return {'model': os.fspath(model_path), 'tensors': len(new) + len(attrs), 'clipped': 0,
             'onnx': True}

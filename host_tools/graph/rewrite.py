@@ -75,7 +75,8 @@ from .qparams import dequantize
 from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
-from .spellings import (conv3d_to_conv2d, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
+from .spellings import (conv3d_to_conv2d, depth_space, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms,
+                        gathers_to_slices, mirror_pads, pack_to_concat,
                         reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
@@ -89,7 +90,8 @@ LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, T
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
           ('scaled_copies', scaled_copies, False),
           ('shapes', fold_shapes, True), ('conv3d', conv3d_to_conv2d, False),
-          ('pads', pads_to_concat, False), ('depth_to_space', depth_to_space, False),
+          ('mirrors', mirror_pads, True), ('depth_to_space', depth_to_space, False),
+          ('depth_space', depth_space, True), ('pads', pads_to_concat, False),
           ('takes', gathers_to_slices, True),
           ('slices', slice_to_strided, True), ('reversed_slices', reversed_slices, False),
           ('embeddings', embedding_gathers, True),

@@ -1,5 +1,5 @@
 """Ops utrain lacks spelled with ops it has: SPLIT for slices and UNPACK, STRIDED_SLICE
-for SLICE, CONCATENATION
+for SLICE, GATHER for MIRROR_PAD, RESHAPE and TRANSPOSE for DEPTH_TO_SPACE, CONCATENATION
 for PACK, TILE and RESIZE, HARD_SWISH expanded, GATHERs as slices, a global REDUCE_MAX
 as a pool, dilated convs, elementwise forms, piecewise SELECTs as RELUs."""
 from __future__ import annotations
@@ -177,6 +177,81 @@ def hard_swish_expanded(g: Graph) -> int:
             Operator(-1, OP_CODES['RELU6'], 'RELU6', [a], [r], {}, src=op.src),
             Operator(-1, OP_CODES['MUL'], 'MUL', [x, r], [m], dict(none), src=op.src),
             Operator(-1, OP_CODES['MUL'], 'MUL', [m, sixth], [y], dict(none), src=op.src)])
+        done += 1
+    return done
+
+
+def mirror_pads(g: Graph) -> int:
+    """MIRROR_PAD by constant paddings (tf.pad(mode='REFLECT' / 'SYMMETRIC')) -> a GATHER
+    of the input's own elements at constant indices along each padded axis, which
+    gathers_to_slices (run next) spells as STRIDED_SLICEs and a CONCATENATION: the same
+    values; a mirrored element's gradient sums into the element.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'MIRROR_PAD' or len(op.inputs) != 2 or not is_const(g, op.inputs[1]) \
+                or is_const(g, op.inputs[0]) or getattr(op, 'edge', False):
+            # (ONNX's mode edge, the border row repeated: pads_to_concat's)
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        pads = np.asarray(g.tensors[op.inputs[1]].data).reshape(-1, 2).astype(int)
+        sym = op.options.get('mode') in ('SYMMETRIC', 1)
+        if len(pads) != len(shape) or pads.min() < 0 or pads[0].any() or \
+                any(max(p) > n - (0 if sym else 1) for p, n in zip(pads, shape)):
+            continue
+        axes = [a for a, p in enumerate(pads) if p.any()]
+        made, name = [], g.tensors[y].name
+        for j, a in enumerate(axes):
+            n, (p0, p1) = shape[a], pads[a]
+            k = np.arange(-p0, n + p1)
+            idx = np.where(k < 0, -k - 1 if sym else -k,
+                           np.where(k > n - 1, 2 * n - 1 - k if sym else 2 * n - 2 - k, k))
+            shape[a] = n + p0 + p1
+            out = y if j == len(axes) - 1 else new_tensor(g, name + f'/mirror{a}', list(shape),
+                                                          like=y)
+            ids = new_tensor(g, name + f'/mirror{a}_ids', [len(idx)], idx.astype(np.int32))
+            made.append(Operator(-1, OP_CODES['GATHER'], 'GATHER', [x, ids], [out],
+                                 {'axis': a, 'batch_dims': 0}, src=op.src))
+            x = out
+        if not made:
+            continue
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def depth_space(g: Graph) -> int:
+    """DEPTH_TO_SPACE / SPACE_TO_DEPTH of block b (a sub-pixel convolution's upsampling,
+    tf.nn.depth_to_space) on [1, H, W, C] -> RESHAPE, TRANSPOSE (perm 0, 2, 1, 3),
+    RESHAPE: the same values, in ops that train.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('DEPTH_TO_SPACE', 'SPACE_TO_DEPTH') or is_const(g, op.inputs[0]) \
+                or getattr(op, 'crd', False):     # (ONNX's mode CRD: depth_to_space's)
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X, Y = list(g.tensors[x].shape), list(g.tensors[y].shape)
+        b = int(op.options.get('block_size', 0))
+        if len(X) != 4 or X[0] != 1 or b < 1:
+            continue
+        if op.name == 'DEPTH_TO_SPACE':
+            _, H, W, C = X
+            a, t = [H, W, b, C // b], [H, b, W, C // b]
+        else:
+            _, H, W, C = X[0], X[1] // b, X[2] // b, X[3]
+            a, t = [H, b, W, b * C], [H, W, b, b * C]
+        if int(np.prod(Y)) != int(np.prod(X)):
+            continue
+        name = g.tensors[y].name
+        r1 = new_tensor(g, name + '/blocks', a, like=y)
+        r2 = new_tensor(g, name + '/moved', t, like=y)
+        perm = new_tensor(g, name + '/perm', [4], np.int32([0, 2, 1, 3]))
+        made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [r1], {}, src=op.src),
+                Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE', [r1, perm], [r2], {}, src=op.src),
+                Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [r2], [y], {}, src=op.src)]
+        make_reshape(g, made[0], a)
+        make_reshape(g, made[2], Y)
+        replace_op(g, op, made)
         done += 1
     return done
 

@@ -117,6 +117,7 @@ FIXED = ('SOFTMAX', 'LOGISTIC', 'TANH')
 # (TFLite's int8 MAXIMUM and MINIMUM compare the int8 values: their inputs and output one
 # scale, a constant input's values quantized at it)
 CLIPS = ('MAXIMUM', 'MINIMUM')
+BOUND_SPREAD = 4.0  # a clip's bound widens its range up to this x the data's, no further
 WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D', 'TRANSPOSE_CONV')
 # (data input, weight, bias) positions: TRANSPOSE_CONV's inputs are output_shape,
 # weight, input, bias
@@ -173,7 +174,17 @@ def dead_relu(run_dir, g, params, x, model_path) -> str | None:
         ('RELU', 'RELU6')) and ranges.get(g.tensors[op.outputs[0]].name, (0, 1))[1] <= 0]
     if not dead:
         return None
-    op = dead[-1]
+    # the gradient reaches a tensor from the outputs through every op but the dead ones: a
+    # ReLU with a path around it (a MINIMUM / MAXIMUM spelled a - RELU(a - b), the guard of
+    # an L2 normalisation's never reached) leaves what is before it learning
+    reach, off = set(g.outputs), {id(op) for op in dead}
+    for op in reversed(g.ops):
+        if id(op) not in off and reach.intersection(op.outputs):
+            reach.update(op.inputs)
+    cut = {k for k in params if k not in reach}
+    if not cut:
+        return None
+    op = [d for d in dead if any(set(o.inputs) & cut for o in g.ops[:g.ops.index(d) + 1])][-1]
     n = int(np.prod(g.tensors[op.outputs[0]].shape[1:]))
     return (f'{model_path}: warning: op {op.number} {op.name}: all {n} of its ReLU outputs '
             f'are 0 on the {len(x)} training samples looked at (every unit off): no '
@@ -248,7 +259,13 @@ def recalibrate(og, ranges, trained) -> int:
             n = og.tensors[op.outputs[0]].name      # (the bound is inside the range)
             for v in (bounds[k] for k in op.inputs if k in bounds):
                 if n in ranges:
-                    ranges[n] = (min(ranges[n][0], v.min()), max(ranges[n][1], v.max()))
+                    lo, hi = ranges[n]
+                    w = (min(lo, v.min()), max(hi, v.max()))
+                    # (unless far outside what the data reach: an L2 normalisation's
+                    # 1 / sqrt(eps) guard, never met, had made the range 1e6 wide and
+                    # every value 0; the bound saturates at the range's edge instead)
+                    if max(w[1], 0) - min(w[0], 0) <= BOUND_SPREAD * (max(hi, 0) - min(lo, 0)):
+                        ranges[n] = w
         elif op.name in FIXED:
             fixed.update(op.outputs)
     groups = {}

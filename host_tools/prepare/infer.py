@@ -157,7 +157,38 @@ def _tflm(path):
     except ImportError:
         raise InferError(f'{path}: an int8 model runs on the host under TFLite Micro: pip install '
                          'tflite-micro (the version in requirements.txt)') from None
+    sig = _crashes(runtime.Interpreter.from_file, os.fspath(path))
+    if sig:
+        raise InferError(f'{path}: TFLite Micro, which scores an int8 .tflite here, crashed '
+                         f'loading it ({sig}, saying nothing): one of its int8 kernels cannot '
+                         "take a layer of this model (TensorFlow Lite's tf.lite.Interpreter "
+                         'can score it); utrain trains and exports it all the same')
     return _tflm_named(runtime.Interpreter.from_file, os.fspath(path))
+
+
+def _crashes(fn, *a):
+    """The signal's name when fn(*a) kills the process (TFLite Micro aborts in some int8
+    kernels' prepare, no message: a Keras Softmax over two axes' SUB of a tensor from
+    itself), tried in a forked child; else None (where there is no fork: None)."""
+    if not hasattr(os, 'fork'):
+        return None
+    import signal
+    pid = os.fork()
+    if pid == 0:                    # (the child: its C++ log and any error go nowhere)
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, 2)
+            fn(*a)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFSIGNALED(status):
+        return None
+    n = os.WTERMSIG(status)
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f'signal {n}'
 
 
 @contextlib.contextmanager

@@ -262,12 +262,59 @@ def recalibrate(g: Graph, x, train, ranks, meta, arrays, log=None) -> list:
     than CLIP of its outputs at an int8 end that is not its function's own is widened x2
     a round, until none does or its range is MAXK times wider; log says what widened and
     by how much, and which clips widening cannot take away."""
+    import copy
+    if len(x) > SAMPLES:
+        x = x[np.linspace(0, len(x) - 1, SAMPLES).astype(int)]
+    g0 = copy.deepcopy(g)
+    r = _rounds(g, x, train, ranks, meta, arrays, {})
+    first_seen, last = r[1], r[3]
+    gave_up = [t for t, w in r[4].items() if w.startswith('still clipping') and
+               sum(last[t][1:]) > sum(first_seen[t][1:3]) / 2]
+    if gave_up:
+        # widened 2^MAXK times and clipping as much, or over half as much (an L2 normalisation's RSQRT of a
+        # norm near 0, which the MINIMUM after it bounds): the widening bought nothing
+        # and cost the other values 8 bits (a Keras Dot(normalize=True) model's RSQRT at
+        # 169 a step: every cosine 0, the output constant).  Again, those kept as the
+        # file has them
+        g.tensors[:] = g0.tensors
+        for op, op0 in zip(g.ops, g0.ops):
+            op.inputs = list(op0.inputs)
+        keep = f'widened {2 ** MAXK}x it clipped over half as much: kept at the file\'s range'
+        r = _rounds(g, x, train, ranks, meta, arrays,
+                    {k: keep for t in gave_up for k in tied(g, t)})
+    steps, first_seen, times, last, why, domain = r
+    if log:
+        for t, (op, flo, fhi, sy, zy) in first_seen.items():
+            at = ' and '.join(f'{100 * f:.1f} % of its outputs at {v}'
+                              for f, v in ((flo, -128), (fhi, 127)) if f > CLIP)
+            head = f'op {op.number} {op.name}: {at} on the training samples'
+            q = g.tensors[t].quant
+            s2, z2 = float(q['scale'][0]), int(q['zero_point'][0])
+            now = ' and '.join(f'{100 * f:.1f} % at {v}' for f, v in
+                               ((last[t][1], -128), (last[t][2], 127)) if f >= 5e-4) \
+                or 'none at an end'
+            said = []
+            if times.get(t):
+                said.append(f'its range widened x{2 ** times[t]} ({_span(sy, zy)} -> '
+                            f'{_span(s2, z2)}' + (', to the input span of the LOGISTIC / TANH '
+                                                  'reading it' if t in domain else '')
+                            + f'), {now} after')
+            if t in why:
+                said.append("it cannot widen "
+                            f'{"further " if times.get(t) else ""}({why[t]}): {now}; these pass '
+                            'no gradient while they clip (prepare --dequantize trains the '
+                            'model in float)')
+            log(f'{head}: ' + '; '.join(said))
+    return steps
+
+
+def _rounds(g: Graph, x, train, ranks, meta, arrays, skip):
+    """recalibrate's widening rounds on g; skip: {tensor: why it is not widened}.  Returns
+    (steps, first_seen, times, last, why, domain)."""
     from ..files import wof as hwof
     from ..target.device import module
     q8 = module('q8')
-    if len(x) > SAMPLES:
-        x = x[np.linspace(0, len(x) - 1, SAMPLES).astype(int)]
-    steps, first_seen, times, last, why, domain = [], {}, {}, {}, {}, set()
+    steps, first_seen, times, last, why, domain = [], {}, {}, {}, dict(skip), set()
     prod = {k: op for op in g.ops for k in op.outputs}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(MAXK + 1):
@@ -310,10 +357,12 @@ def recalibrate(g: Graph, x, train, ranks, meta, arrays, log=None) -> list:
                     if e is not None and not blocked(g, t):
                         new.append([t, e])
                         domain.add(t)
-                if not (a or b) or t in why:
+                if not (a or b):
                     continue
                 if t not in first_seen:
                     first_seen[t] = (op, last[t][1], last[t][2], d['sy'], d['zy'])
+                if t in why:
+                    continue
                 if times.get(t, 0) >= MAXK:
                     why[t] = f'still clipping at {2 ** MAXK}x its range'
                     continue
@@ -343,29 +392,7 @@ def recalibrate(g: Graph, x, train, ranks, meta, arrays, log=None) -> list:
                 steps.append([t, e])
                 for k in ts:
                     times[k] = times.get(k, 0) + 1
-    if log:
-        for t, (op, flo, fhi, sy, zy) in first_seen.items():
-            at = ' and '.join(f'{100 * f:.1f} % of its outputs at {v}'
-                              for f, v in ((flo, -128), (fhi, 127)) if f > CLIP)
-            head = f'op {op.number} {op.name}: {at} on the training samples'
-            q = g.tensors[t].quant
-            s2, z2 = float(q['scale'][0]), int(q['zero_point'][0])
-            now = ' and '.join(f'{100 * f:.1f} % at {v}' for f, v in
-                               ((last[t][1], -128), (last[t][2], 127)) if f >= 5e-4) \
-                or 'none at an end'
-            said = []
-            if times.get(t):
-                said.append(f'its range widened x{2 ** times[t]} ({_span(sy, zy)} -> '
-                            f'{_span(s2, z2)}' + (', to the input span of the LOGISTIC / TANH '
-                                                  'reading it' if t in domain else '')
-                            + f'), {now} after')
-            if t in why:
-                said.append("it cannot widen "
-                            f'{"further " if times.get(t) else ""}({why[t]}): {now}; these pass '
-                            'no gradient while they clip (prepare --dequantize trains the '
-                            'model in float)')
-            log(f'{head}: ' + '; '.join(said))
-    return steps
+    return steps, first_seen, times, last, why, domain
 
 
 def _span(s: float, z: int) -> str:

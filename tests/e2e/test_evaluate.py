@@ -321,3 +321,38 @@ def test_an_embeddings_ids_are_judged_and_wrapped_as_the_board_reads_them(tmp_pa
     with pytest.raises(ValueError, match=r'oov\.npz: .*GATHER reads rows of a 9-row table .*'
                                          r'id 45 .*give ids the table has'):
         infer.evaluate(src, str(tmp_path / 'oov.npz'))
+
+
+def test_an_int8_model_tflite_micro_crashes_on_is_scored_not_aborted(tmp_path):
+    """TFLite Micro aborts the process, saying nothing, loading some valid int8 files (a
+    Keras Softmax over two axes writes a SUB of a tensor from itself, whose output scale
+    of 1e-8 its int8 SUB's prepare cannot take): `evaluate` died with exit code 134 and no
+    word.  The load is tried in a forked child first: evaluate scores the model with
+    another runtime (utrain's own forward here) and says why."""
+    import subprocess
+    import sys
+    pytest.importorskip('tflite_micro')
+    from host_tools.formats.circle_build import CircleBuilder
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q(0.05, 0))
+    d = b.tensor('d', [1, 4], dtype='int8', quant=q(1e-8, -128))
+    b.op('SUB', [x, x], [d], fused_activation_function='NONE')
+    w = b.tensor('w', [2, 4], dtype='int8', data=np.int8([[10, -20, 30, 5], [-7, 8, 9, -10]]),
+                 quant=q(0.01, 0))
+    bias = b.tensor('b', [2], dtype='int32', data=np.int32([0, 0]), quant=q(0.0005, 0))
+    h = b.tensor('h', [1, 4], dtype='int8', quant=q(0.05, 0))
+    b.op('ADD', [x, d], [h], fused_activation_function='NONE')
+    y = b.tensor('y', [1, 2], dtype='int8', quant=q(0.02, 0))
+    b.op('FULLY_CONNECTED', [h, w, bias], [y], fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    m = b.save(os.fspath(tmp_path / 'sub.tflite'))
+    r = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-2, 2, (8, 4)).astype(np.float32),
+             y=r.integers(0, 2, 8))
+    p = subprocess.run([sys.executable, '-m', 'host_tools', 'evaluate', m,
+                        os.fspath(tmp_path / 'd.npz')], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert 'accuracy' in p.stdout and 'TFLite Micro' in p.stdout and 'crashed' in p.stdout, p.stdout

@@ -1405,6 +1405,166 @@ def test_weight_transposed_by_a_node_exports(tmp_path, how):
     assert onnx.load(out).graph.initializer[0].data_type == init.data_type
 
 
+def test_weight_held_by_a_constant_node_trains_and_exports(tmp_path):
+    """torch.onnx.export at opset 17 writes nn.LayerNorm(elementwise_affine=False) as a
+    LayerNormalization whose scale and bias are Constant nodes' tensors (constant folding
+    on, the default): they trained, and export refused them as 'computed from initializers
+    (do_constant_folding=False)', the run's result lost.  A Constant node's float tensor
+    is written back into the node as an initializer is: ORT on the export = utrain's
+    trained forward."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((4, 3))).astype(np.float32)
+    nodes = [helper.make_node('Constant', [], ['s'], value=numpy_helper.from_array(
+                 np.ones(3, np.float32), 's')),
+             helper.make_node('Constant', [], ['b'], value=numpy_helper.from_array(
+                 np.zeros(3, np.float32), 'b')),
+             helper.make_node('MatMul', ['x', 'w'], ['h']),
+             helper.make_node('LayerNormalization', ['h', 's', 'b'], ['y'], axis=-1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])],
+                          [numpy_helper.from_array(w, 'w')])
+    p = os.fspath(tmp_path / 'ln.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
+            epochs=2, log=lambda *a: None)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert [n.op_type for n in onnx.load(out).graph.node] == [n.op_type for n in nodes]
+    scale = numpy_helper.to_array(onnx.load(out).graph.node[0].attribute[0].t)
+    assert np.abs(scale - 1).max() > 1e-3       # (the Constant node's scale trained)
+
+
+def test_reflect_edge_and_wrap_pads_train_as_ort_runs_them(tmp_path):
+    """torch's F.pad(mode='reflect' / 'replicate' / 'circular') exports Pad of mode
+    reflect / edge / wrap, refused ('utrain pads with zeros').  Each padded axis is a
+    Gather of the input's own elements (slices and a concatenation, which train): utrain's
+    forward = ORT's, before and after training, and export writes the trained weights."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    def c(name, *sh):
+        return numpy_helper.from_array((0.5 * r.standard_normal(sh)).astype(np.float32), name)
+    def pads(name, v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [c('w', 3, 2, 3, 3), c('b', 3), c('wo', 3 * 8 * 12, 2),
+             pads('p1', [0, 0, 1, 2, 0, 0, 2, 1]), pads('p2', [0, 0, 0, 1, 0, 0, 0, 2]),
+             pads('p3', [0, 0, 2, 0, 0, 0, 1, 3]), pads('flat', [1, -1])]
+    nodes = [helper.make_node('Pad', ['x', 'p1'], ['a'], mode='reflect'),
+             helper.make_node('Conv', ['a', 'w', 'b'], ['h']),
+             helper.make_node('Pad', ['h', 'p2'], ['e'], mode='edge'),
+             helper.make_node('Pad', ['e', 'p3'], ['g'], mode='wrap'),
+             helper.make_node('Reshape', ['g', 'flat'], ['f']),
+             helper.make_node('MatMul', ['f', 'wo'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 4, 5])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
+    p = os.fspath(tmp_path / 'pads.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 19)]), p)
+    xs = r.standard_normal((8, 2, 4, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.002,
+            epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
+
+
+def test_pools_with_pads_no_tflite_padding_is_run_as_ort_runs_them(tmp_path):
+    """torch's AvgPool2d / MaxPool2d with ceil_mode=True or pads TFLite's SAME does not
+    make (AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False) on 8 x 8)
+    were refused ('pads differ from TFLite SAME and VALID padding').  They pool the map
+    padded to the windows (a max pool: edge rows repeated, right for negative inputs too;
+    an average pool: zeros, the sums divided by what each window counts): utrain's
+    forward = ORT's, and it trains."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    pools = [('AveragePool', dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                  ceil_mode=1, count_include_pad=0)),
+             ('AveragePool', dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1],
+                                  ceil_mode=1, count_include_pad=1)),
+             ('MaxPool', dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+             ('MaxPool', dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1]))]
+    nodes, flat, n = [], [], 0
+    for j, (op, at) in enumerate(pools):
+        nodes.append(helper.make_node(op, ['x'], [f'p{j}'], **at))
+        nodes.append(helper.make_node('Flatten', [f'p{j}'], [f'f{j}']))
+        flat.append(f'f{j}')
+    nodes += [helper.make_node('Concat', flat, ['f'], axis=1),
+              helper.make_node('MatMul', ['f', 'w'], ['y'])]
+    sizes = 2 * (16 + 16 + 16 + 9)      # (outputs of 7 x 7: 4, 4, 4 and 3 a side)
+    w = numpy_helper.from_array((0.3 * r.standard_normal((sizes, 2))).astype(np.float32), 'w')
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 7, 7])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], [w])
+    p = os.fspath(tmp_path / 'pools.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    xs = (r.standard_normal((8, 2, 7, 7)) - 1).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.01,
+            epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
+
+
+def test_einsum_matrix_products_train_and_export(tmp_path):
+    """torch.einsum in a model's forward (attention written 'bhid,bhjd->bhij', a weight
+    applied 'bti,oi->bto') exports Einsum nodes, refused ('cannot read ONNX op Einsum').
+    A two-operand Einsum that is a matrix product reads as transposes, reshapes and one
+    MatMul: utrain's forward = ORT's, the weights in it train and export writes them back
+    (a transposed one as the file holds it)."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(0)
+    def c(name, *sh):
+        return numpy_helper.from_array((0.5 * r.standard_normal(sh)).astype(np.float32), name)
+    def ints(name, v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [c('wq', 6, 4), c('wk', 4, 6), c('wo', 3, 4), ints('heads', [1, 5, 2, 3]),
+             ints('flat', [1, -1]), c('wc', 45, 2)]
+    nodes = [helper.make_node('Einsum', ['x', 'wq'], ['q'], equation='bti,oi->bto'),
+             helper.make_node('Einsum', ['x', 'wk'], ['k'], equation='bti,io->bto'),
+             helper.make_node('Reshape', ['q', 'heads'], ['q4']),
+             helper.make_node('Reshape', ['k', 'heads'], ['k4']),
+             helper.make_node('Einsum', ['q4', 'k4'], ['s'], equation='bihd,bjhd->bhij'),
+             helper.make_node('Softmax', ['s'], ['p'], axis=-1),
+             helper.make_node('Einsum', ['p', 'k4'], ['v'], equation='bhij,bjhd->bihd'),
+             helper.make_node('Reshape', ['v', 'flat'], ['f0']),
+             helper.make_node('Einsum', ['x', 'wo'], ['u'], equation='btc,dc->btd'),
+             helper.make_node('Reshape', ['u', 'flat'], ['f1']),
+             helper.make_node('Concat', ['f0', 'f1'], ['f'], axis=1),
+             helper.make_node('MatMul', ['f', 'wc'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 5, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
+    p = os.fspath(tmp_path / 'einsum.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    xs = r.standard_normal((8, 5, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
+                lr=0.02, epochs=2, log=lambda *a: None)
+    assert len(s['trainable']) == 4, s['trainable']        # (wq, wk, wo, wc)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
+
+
 def test_outputs_needing_unreadable_nodes_are_left_out(tmp_path):
     """A GitHub Stable-Baselines3 policy exported whole (its sampled action through
     RandomNormalLike, the log-probability of it, beside the value head) was refused at
@@ -1969,5 +2129,5 @@ def test_a_string_attribute_not_utf8_is_refused_by_name(tmp_path):
     m.graph.initializer.append(helper.make_tensor('pads', onnx.TensorProto.INT64, [4], [0, 1, 0, 1]))
     m.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 6
     onnx.save(m, p)
-    with pytest.raises(ModelError, match='pad.onnx: node the_odd_one.*mode refl\ufffdect: utrain pads with a constant, reflects'):
+    with pytest.raises(ModelError, match='pad.onnx: node the_odd_one.*mode refl\ufffdect: utrain pads with a constant, a reflection'):
         read_model(p)

@@ -977,3 +977,49 @@ def test_prepares_own_int8_choice_refused_names_what_fits_in_float32(tmp_path):
     s = prepare(MLP, str(tmp_path / 'b'), data=data, epochs=1, board='esp32-psram', budget='60K',
                 log=lambda *a: None, **kw)
     assert s['heap']['total'] // 1024 == kb and s['heap']['total'] <= 60 * 1024, (fits, s['heap'])
+
+
+def test_an_l2_normalisations_far_guard_leaves_its_range_to_the_data(tmp_path):
+    """Keras's UnitNormalization converts to h * MINIMUM(RSQRT(SUM(h * h)), 1/sqrt(eps))
+    (1e6 here): calibrating the float model as int8, the MINIMUM's range took in its bound,
+    so the RSQRT's output (0.6..1.7) was 1e6 wide, every value a step of 0: prepare --int8
+    said the int8 path reads it as a constant and trains nothing before it, and a board
+    without ulab trained the model in float32.  A bound far outside what the data reach
+    (over 4x the span) no longer widens the range; the int8 forward is the float one's."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    t = lambda n, s: b.tensor(n, s)        # noqa: E731
+    x, h, sq, sm, rs, mn, u, z, y = (t('x', [1, 6]), t('h', [1, 8]), t('sq', [1, 8]), t('sm', [1, 1]),
+                                     t('rs', [1, 1]), t('mn', [1, 1]), t('u', [1, 8]),
+                                     t('z', [1, 3]), t('y', [1, 3]))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, 6], data=np.float32(rng.standard_normal((8, 6)))),
+                             b.tensor('b1', [8], data=np.zeros(8, np.float32))], [h])
+    b.op('MUL', [h, h], [sq], fused_activation_function='NONE')
+    b.op('SUM', [sq, b.tensor('ax', [1], data=np.int32([-1]))], [sm], keep_dims=True)
+    b.op('RSQRT', [sm], [rs])
+    b.op('MINIMUM', [rs, b.tensor('guard', [], data=np.float32(1e6))], [mn])
+    b.op('MUL', [h, mn], [u], fused_activation_function='NONE')
+    b.op('FULLY_CONNECTED', [u, b.tensor('w2', [3, 8], data=np.float32(rng.standard_normal((3, 8)))),
+                             b.tensor('b2', [3], data=np.zeros(3, np.float32))], [z])
+    b.op('SOFTMAX', [z], [y], beta=1.0)
+    b.inputs(x)
+    b.outputs(y)
+    model = b.save(os.fspath(tmp_path / 'l2.tflite'))
+    xs = np.float32(rng.standard_normal((40, 6)))
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 40))
+    said = []
+    prepare(model, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'), lr=1e-9,
+            epochs=1, batch=1, int8=True, log=said.append)
+    assert not [m for m in said if 'reads it as a constant' in m], said
+    code, text = runner.run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    loss = float(text.split('epoch 1/1 loss ')[1].split()[0])
+    g = read_model(model)
+    W1, W2 = (next(t.data for t in g.tensors if t.name == n) for n in ('w1', 'w2'))
+    hv = xs.astype(np.float64) @ W1.T
+    zv = (hv / np.linalg.norm(hv, axis=1, keepdims=True)) @ W2.T
+    p = np.exp(zv - zv.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    want = -np.log(p[np.arange(40), np.load(tmp_path / 'd.npz')['y']]).mean()
+    assert abs(loss - want) < 0.02, (loss, want)

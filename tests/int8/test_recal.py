@@ -185,3 +185,36 @@ def test_a_widened_range_takes_a_select_with_it(tmp_path, apart):
     worst = max(float(np.abs(y.astype(np.float64) * 0.1 - fwd(xq[0] * sx).ravel()).max())
                 for xq, y in zip(xs, got))
     assert worst < 0.3, worst       # (3 output steps: 0.06-0.08 here; untied 0.9-1.2)
+
+
+def test_a_range_widening_cannot_stop_stays_as_the_file_has_it(tmp_path):
+    """Keras's UnitNormalization / Dot(normalize=True) as int8: the RSQRT of a norm near 0
+    clips at 127 (the MINIMUM after it caps it there anyway) on samples whose vector is
+    about 0.  prepare widened its range 256x, clipping as much, and every other value of it
+    then was a step of 0 (a held-out siamese model's cosines all 0, its output constant).
+    A range that 2^MAXK times wider clips over half as much is kept as the file has it,
+    saying so; the int8 forward is then the file's on the other samples."""
+    from kerasgraphs import build_int8_unitnorm
+    p, fwd, _, _ = build_int8_unitnorm(tmp_path / 'u.tflite')
+    g = read_model(p)
+    named = {t.name: t for t in g.tensors}
+    w1 = named['w1'].data * 0.0029
+    b1 = named['b1'].data * (0.0242 * 0.0029)
+    x0 = np.linalg.lstsq(w1, -b1, rcond=None)[0]        # (the Dense's output about 0)
+    r = np.random.default_rng(0)
+    x = r.standard_normal((64, 16))
+    x[::4] = x0 + 0.001 * r.standard_normal((16, 16))
+    np.savez(tmp_path / 'u.npz', x=x.astype(np.float32), y=r.integers(0, 4, 64))
+    q, said = str(tmp_path / 'q8'), []
+    prepare(p, q, data=str(tmp_path / 'u.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.01, epochs=1, log=said.append)
+    rsqrt = named['r'].index
+    steps = json.loads(open(os.path.join(q, recal.FILE)).read()) \
+        if os.path.exists(os.path.join(q, recal.FILE)) else []
+    assert rsqrt not in [t for t, _ in steps], steps
+    assert any('op 5 RSQRT' in m and "kept at the file's range" in m for m in said), said
+    net = Q8Net(json.loads(open(os.path.join(q, 'q8.json')).read()), os.path.join(q, 'weights.wof'))
+    got = np.array([(np.frombuffer(bytes(net.forward(net.quantize_input(v.tolist()))), np.int8)
+                     .astype(float) + 5) * 0.0233 for v in x[1::4]])
+    want = np.array([fwd(v) for v in x[1::4]])
+    assert np.abs(got - want).max() < 0.25, np.abs(got - want).max()

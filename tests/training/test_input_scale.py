@@ -289,3 +289,30 @@ def test_a_relu_layer_off_on_every_sample_is_warned_of(tmp_path, offset):
     prepare(model, os.fspath(tmp_path / 'run8'), data=os.fspath(tmp_path / 'd.npz'), lr=LR,
             int8=True, log=said.append)
     assert len([m for m in said if 'ReLU outputs are 0' in m]) == (0 if offset else 1), said
+
+
+def test_a_relu_with_a_path_around_it_is_not_warned_of(tmp_path):
+    """Keras's UnitNormalization / tf.math.l2_normalize converts to MINIMUM(RSQRT(sum),
+    1/sqrt(eps)), which prepare spells a - RELU(a - b): that RELU is 0 on every sample (the
+    guard is never reached), and prepare warned that 'it and the layers before it will not
+    learn', which they do (the gradient goes around it).  A dead ReLU is warned of only
+    when no gradient path from the output reaches a trained tensor but through dead ones."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, m, z, y = (b.tensor(n, [1, s]) for n, s in (('x', 6), ('h', 8), ('m', 8), ('z', 2), ('y', 2)))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, 6], data=np.float32(rng.standard_normal((8, 6)))),
+                             b.tensor('b1', [8], data=np.zeros(8, np.float32))], [h])
+    b.op('MINIMUM', [h, b.tensor('guard', [], data=np.float32(1e6))], [m])
+    b.op('FULLY_CONNECTED', [m, b.tensor('w2', [2, 8], data=np.float32(rng.standard_normal((2, 8)))),
+                             b.tensor('b2', [2], data=np.zeros(2, np.float32))], [z])
+    b.op('SOFTMAX', [z], [y], beta=1.0)
+    b.inputs(x)
+    b.outputs(y)
+    model = b.save(os.fspath(tmp_path / 'm.tflite'))
+    xs = np.float32(rng.standard_normal((40, 6)))
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs[:, 0] > xs[:, 1]).astype(np.int64))
+    said = []
+    prepare(model, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'), lr=LR,
+            log=said.append)
+    assert not [m for m in said if 'ReLU outputs are 0' in m], said
