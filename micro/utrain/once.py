@@ -155,12 +155,15 @@ def unexpected(e):
     return 'error: %s: %s' % (type(e).__name__, e)
 
 
-def still(tr, raw):
-    # run.epoch_end's line for the first epoch that moved no trained weight (raw: an
-    # int8 run, whose weights move by whole int8 steps)
-    print('utrain: epoch %d moved no trained weight: %s at lr %g; raise "lr" in train.json, '
-          'or %s' % (tr.epoch, 'each update stayed under an int8 weight step' if raw else
-                     "the gradients were zero or below float32's resolution",
-                     tr.cfg['lr'] * tr.lr_scale, 'prepare with --float32 (an int8 file: '
-                     '--dequantize) to train in float' if raw else 'check what trains and '
-                     'the samples'))
+def finished(tr, out, keep, metric, why):
+    # run.main's last line: where the weights are
+    if keep and tr.best:
+        print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric,
+                                                                    tr.best[2]))
+    else:
+        print('saved %s%s' % (out, ' (the last good weights, restored)' if why else ''))
+
+
+def no_step(cfg_path, m):
+    # run.main's refusal of a "run.steps" name that is no module
+    return '%s: "run.steps" names "%s", which is no utrain module' % (cfg_path, m)

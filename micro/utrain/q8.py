@@ -652,12 +652,12 @@ class Q8Net:
 
     def _fits(self, d, n, t):
         # whether n int32 values d times c (> 0; t = 64 / c, made once a call) stay within
-        # 2^29 in 1/65536 weight steps: |d| < 2^(k + 7) (k = nrk), c 2^k < 2^6, i.e.
-        # 2^k < t (no frexp: ~40 us a call on an RP2040; a small int against a float
+        # 2^29 in 1/65536 weight steps: |d| < 2^(e + 7) (e = nrk), c 2^e < 2^6, i.e.
+        # 2^e < t (no frexp: ~40 us a call on an RP2040; a small int against a float
         # makes no float, where c 2^k made one a chunk, heap): _dith's updates
         # (q8batch.upd's too)
-        k = K.nrk(d, n)
-        return (1 << k) < t if k < 30 else float(1 << k) < t    # (2^30: a long int)
+        e = K.nrk(d, n)
+        return (1 << e) < t if e < 30 else float(1 << e) < t    # (2^30: a long int)
 
     def _swn(self, sw):
         # min(sw) of a layer's float32 weight scales (an array: boxing one value, not

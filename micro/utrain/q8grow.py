@@ -22,6 +22,7 @@
 from utrain.q8kern import micropython, VIPER, side_save, side_load
 if not VIPER:
     from utrain.q8kern import ptr8, ptr32
+_FC = 0    # q8.FC
 
 MAXK = 12           # at most 2^12 times a channel's calibrated scale
 _DW = 2     # q8.DW
@@ -66,7 +67,7 @@ class Grow:
             t[3] = 0
             i = L.w0() - L.wo
         elif L.k == _DW or row == 1:    # depthwise: a channel's weights strided by oc
-            oc = L.nout if L.k == 0 else L.d['g'][3]     # (geo()'s: q8.FC 0)
+            oc = L.nout if L.k == _FC else L.d['g'][3]     # (geo()'s)
             t[0] = oc
             t[1] = row
             t[2] = oc

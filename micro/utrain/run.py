@@ -172,8 +172,7 @@ def main(cfg_path='train.json'):
         except ImportError as e:    # (a name edited in: an ImportError's traceback had ended it)
             if m not in str(e):
                 raise
-            raise ValueError('%s: "run.steps" names "%s", which is no utrain module'
-                             % (cfg_path, m))
+            raise ValueError(aux('once', 'no_step', cfg_path, m))
     del STATE['code']
     gc.collect()
     # the code is in (train.py collected every 2 KB while it loaded, so that its
@@ -213,11 +212,9 @@ def main(cfg_path='train.json'):
             return 'interrupted'
         raise
     log.close()
-    if keep and tr.best:
-        print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric, tr.best[2]))
-    else:
+    if not (keep and tr.best):
         saving(out, tr.save_weights, out)
-        print('saved %s%s' % (out, ' (the last good weights, restored)' if why else ''))
+    aux('once', 'finished', tr, out, keep, metric, why)     # (its words: not held)
     return why
 
 
@@ -241,7 +238,7 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
         saving(files['log'], log.write, '0,,,%.6f,%.6f,0,%s\n' % (tl, tm, free('')))
         if keep and tr.better(tl, tm):
             save_best(tr, files, test)
-    S['crc'] = (tr.epoch, stamp(tr))
+    S['crc'] = (tr.epoch, aux('still', 'stamp', tr))
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
     why = None
@@ -280,20 +277,6 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
     return why
 
 
-def stamp(tr):
-    # a CRC32 of the trained weights (tr.moving()), None where it cannot be had (no
-    # binascii.crc32, no weights): one C pass an epoch, nothing a step; epoch_end
-    # compares it with the last epoch's
-    try:
-        from binascii import crc32
-        c = None
-        for a in tr.moving():
-            c = crc32(a, c or 0)
-        return c
-    except (ImportError, TypeError, ValueError):
-        return None
-
-
 def save_best(tr, files, test):
     # trained.wof, then its record; both saves can be redone after a Ctrl-C
     aux('best', 'save', tr, files['out'], test)
@@ -320,13 +303,7 @@ def epoch_end(tr, files, test, keep, n):
             kept = '  kept'
         else:
             kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
-    h = stamp(tr)
-    if h is not None and S.get('crc') == (tr.epoch - 1, h):     # it moved no trained weight
-        kept += '  (no weight moved)'
-        if not S.get('still'):      # (said once: what to do)
-            S['still'] = 1
-            aux('once', 'still', tr, files['model'].endswith('.json'))
-    S['crc'] = (tr.epoch, h)      # (a redo after a Ctrl-C compares with the epoch before)
+    kept += aux('still', 'moved', tr, S, files['model'].endswith('.json'))
     if S['logged'] != tr.epoch:
         left = c['epochs'] - tr.epoch
         # (no test set: no test figures, rather than 'test_loss nan'; the log's fields empty)

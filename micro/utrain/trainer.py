@@ -302,11 +302,6 @@ class Trainer:
         t = self.net.t
         return dict((k, t[k]) for k in self.net.trainable)
 
-    def moving(self):
-        """The trainable tensors' buffers (run.py's CRC of them, epoch to epoch)."""
-        t = self.net.t
-        return [getattr(t[k], '_d', t[k]) for k in self.net.trainable]    # (npfallback's)
-
     def save_weights(self, path='trained.wof'):
         self._check('; not saving ' + path)
         _wof().save_wof(path, len(self.net.t), self.weights())
