@@ -1336,6 +1336,24 @@ def test_unrolled_rnn_with_a_zero_state_initializer_and_tile_trains(tmp_path):
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
 
 
+def _trained_and_exported(tmp_path, g, name, xs, y, lr, opset=17):
+    """Graph g saved as tmp_path/name (opset), prepared on samples xs, y (mse, SGD, 2
+    epochs), trained by the host simulation and exported to tmp_path/trained.onnx: (the
+    model's path, the run folder, prepare's summary, the exported path)."""
+    from onnx import helper
+    p = os.fspath(tmp_path / name)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)]), p)
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=lr,
+                epochs=2, log=lambda *a: None)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    return p, d, s, out
+
+
 @pytest.mark.parametrize('own_bias', [False, True])
 def test_tied_weight_trains_as_one_and_exports_as_trained(tmp_path, own_bias):
     """One initializer two Gemm nodes read (a Linear applied twice, tied weights: what an
@@ -1354,18 +1372,9 @@ def test_tied_weight_trains_as_one_and_exports_as_trained(tmp_path, own_bias):
              helper.make_node('Gemm', ['h', 'w', 'b2' if own_bias else 'b'], ['y'], transB=1)]
     g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info('y', T.FLOAT, [1, 4])], inits)
-    p = os.fspath(tmp_path / 'tied.onnx')
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
     xs = r.standard_normal((16, 4)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=np.roll(xs, 1, 1))
-    d = os.fspath(tmp_path / 'run')
-    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
-                lr=0.05, epochs=2, log=lambda *a: None)
+    p, d, s, out = _trained_and_exported(tmp_path, g, 'tied.onnx', xs, np.roll(xs, 1, 1), 0.05)
     assert sorted(s['trainable']) == ['b'] + ['b2'] * own_bias + ['w'], s['trainable']
-    code, text = run(d, python=True, stream=False)
-    assert code == 0, text
-    out = os.fspath(tmp_path / 'trained.onnx')
-    export(p, os.path.join(d, 'trained.wof'), out)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
 
 
@@ -1388,17 +1397,8 @@ def test_weight_transposed_by_a_node_exports(tmp_path, how):
     nodes.append(helper.make_node('MatMul', ['x', 'wt'], ['y']))
     g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], [init])
-    p = os.fspath(tmp_path / 'tw.onnx')
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
     xs = r.standard_normal((16, 4)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
-    d = os.fspath(tmp_path / 'run')
-    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
-            epochs=2, log=lambda *a: None)
-    code, text = run(d, python=True, stream=False)
-    assert code == 0, text
-    out = os.fspath(tmp_path / 'trained.onnx')
-    export(p, os.path.join(d, 'trained.wof'), out)
+    p, d, _, out = _trained_and_exported(tmp_path, g, 'tw.onnx', xs, xs[:, :3], 0.05)
     tol = 1e-5 if how == 'transpose' else 2e-3      # (written back as float16)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < tol
     assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-2       # (it trained)
@@ -1424,17 +1424,8 @@ def test_weight_held_by_a_constant_node_trains_and_exports(tmp_path):
     g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])],
                           [numpy_helper.from_array(w, 'w')])
-    p = os.fspath(tmp_path / 'ln.onnx')
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
     xs = r.standard_normal((16, 4)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
-    d = os.fspath(tmp_path / 'run')
-    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
-            epochs=2, log=lambda *a: None)
-    code, text = run(d, python=True, stream=False)
-    assert code == 0, text
-    out = os.fspath(tmp_path / 'trained.onnx')
-    export(p, os.path.join(d, 'trained.wof'), out)
+    p, d, _, out = _trained_and_exported(tmp_path, g, 'ln.onnx', xs, xs[:, :3], 0.1)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert [n.op_type for n in onnx.load(out).graph.node] == [n.op_type for n in nodes]
     scale = numpy_helper.to_array(onnx.load(out).graph.node[0].attribute[0].t)
@@ -1548,19 +1539,13 @@ def test_einsum_matrix_products_train_and_export(tmp_path):
              helper.make_node('MatMul', ['f', 'wc'], ['y'])]
     g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 5, 4])],
                           [helper.make_tensor_value_info('y', T.FLOAT, [1, 2])], inits)
-    p = os.fspath(tmp_path / 'einsum.onnx')
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
     xs = r.standard_normal((8, 5, 4)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=r.standard_normal((8, 2)).astype(np.float32))
-    d = os.fspath(tmp_path / 'run')
-    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
-                lr=0.02, epochs=2, log=lambda *a: None)
+    p, d, s, out = _trained_and_exported(tmp_path, g, 'einsum.onnx', xs,
+                                         r.standard_normal((8, 2)).astype(np.float32), 0.02,
+                                         opset=13)
     assert len(s['trainable']) == 4, s['trainable']        # (wq, wk, wo, wc)
+    # (the file's weights, weights.wof: the forward before training)
     assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-4
-    code, text = run(d, python=True, stream=False)
-    assert code == 0, text
-    out = os.fspath(tmp_path / 'trained.onnx')
-    export(p, os.path.join(d, 'trained.wof'), out)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-4
     assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3       # (it trained)
 

@@ -7,12 +7,12 @@ assignments, views and range objects a call, the dither's generator as a long in
 32-bit); now 2.8 KB.  The count is exact, not a
 timing: the step's allocations are the same each run for the same samples."""
 import os
-import subprocess
 
 import numpy as np
 import pytest
 
-from repo import ROOT
+from repo import ROOT, staged_run
+from q8cases import digits_cnn_int8
 
 from host_tools.target import runner
 from host_tools.prepare.pipeline import prepare
@@ -45,18 +45,10 @@ print('GARBAGE', tot // (ds.n - 2))
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_int8_sgd_step_garbage_stays_small(tmp_path):
-    d = np.load(os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'))
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=d['x'][:8], y=d['y'][:8])
-    out = str(tmp_path / 'o')
-    prepare(os.path.join(ROOT, 'datasets', 'digits', 'digits_cnn.circle'), out, data=data,
-            loss='scce', optimizer='sgd', batch=1, epochs=1, lr=0.01, int8=True,
-            log=lambda *a: None)
-    runner.stage(out)
+    out = digits_cnn_int8(prepare, tmp_path, 8)
     with open(os.path.join(out, 'gstep.py'), 'w') as f:
         f.write(STEP)
-    r = subprocess.run([MP, '-X', 'heapsize=2000000', 'gstep.py'], cwd=out, capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, MICROPYPATH=':lib'))
+    r = staged_run(MP, out, 'gstep.py', heap='2000000', timeout=120)
     got = [ln for ln in r.stdout.splitlines() if ln.startswith('GARBAGE')]
     assert got, r.stdout + r.stderr
     n = int(got[0].split()[1])

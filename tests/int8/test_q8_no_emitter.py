@@ -7,10 +7,10 @@ import os
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
-from repo import ROOT, no_keep_best
+from repo import no_keep_best
+from q8cases import digits_cnn_int8
 
 from host_tools.target import runner
 from host_tools.prepare.pipeline import prepare
@@ -30,14 +30,7 @@ def _train(d, mpy=None):
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_per_channel_int8_run_trains_without_the_native_emitter(tmp_path):
-    d = np.load(os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'))
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=d['x'][:4], y=d['y'][:4])
-    a = str(tmp_path / 'a')
-    # the digits CNN taken to int8: per-channel conv and depthwise scales
-    prepare(os.path.join(ROOT, 'datasets', 'digits', 'digits_cnn.circle'), a, data=data,
-            loss='scce', optimizer='sgd', batch=1, epochs=1, lr=0.01, int8=True,
-            log=lambda *a: None)
+    a = digits_cnn_int8(prepare, tmp_path, 4, 'a')      # (per-channel conv and depthwise)
     no_keep_best(a)
     b = str(tmp_path / 'b')
     shutil.copytree(a, b)

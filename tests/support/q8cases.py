@@ -64,6 +64,19 @@ def prepared(prepare, case, tmp_path, **extra):
     return out, s
 
 
+def digits_cnn_int8(prepare, tmp_path, n, name='o'):
+    """The digits CNN taken to int8 (per-channel conv and depthwise scales) in
+    tmp_path/name, prepared on the first n digits: SGD batch 1, one epoch, lr 0.01."""
+    d = np.load(os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=d['x'][:n], y=d['y'][:n])
+    out = str(tmp_path / name)
+    prepare(os.path.join(ROOT, 'datasets', 'digits', 'digits_cnn.circle'), out, data=data,
+            loss='scce', optimizer='sgd', batch=1, epochs=1, lr=0.01, int8=True,
+            log=lambda *a: None)
+    return out
+
+
 def assert_exported_logits_as_board(model, run_dir, net, x, tmp_path):
     """export --quantized of run_dir's trained.wof into model, cut before its last op (the
     softmax): TFLite Micro's int8 logits on the samples x are net's forward (a Q8Net that
