@@ -2659,7 +2659,7 @@ class _Reader(RecurrentOps):
         """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect; mode
         edge: the border row repeated, Operator.edge), the last two spelled by prepare
         (spellings.mirror_pads, pads_to_concat); negative pads crop first (a
-        STRIDED_SLICE); mode wrap: _pad_from_edges."""
+        STRIDED_SLICE); mode wrap: _pad_wrapped."""
         mode = a.get('mode', 'constant')
         if isinstance(mode, bytes):
             mode = mode.decode()
@@ -2681,7 +2681,7 @@ class _Reader(RecurrentOps):
             if min(min(p) for p in pp) < 0:
                 self.err('negative pads (crops) with mode wrap are not supported: crop first '
                          '(a Slice), then pad')
-            return self._pad_from_edges(node, v, s, pp, mode, i)
+            return self._pad_wrapped(node, v, s, pp, i)
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         x = self.get(v, lay)
         if min(min(p) for p in pp) < 0:         # (a crop: F.pad with negative pads)
@@ -2713,31 +2713,25 @@ class _Reader(RecurrentOps):
         else:
             self.emit('PAD', [x, pk], [y])
 
-    def _pad_from_edges(self, node, v, s, pp, mode, i):
-        """Pad of mode wrap (torch's F.pad 'circular'; op_Pad's reflect and edge are a
-        MIRROR_PAD, but this reads them too): along each padded axis a Gather of the
-        input's own elements at constant indices (op_Gather: STRIDED_SLICEs and a
-        CONCATENATION, which train)."""
+    def _pad_wrapped(self, node, v, s, pp, i):
+        """Pad of mode wrap (torch's F.pad 'circular'; op_Pad reads reflect and edge as a
+        MIRROR_PAD): along each padded axis a Gather of the input's own elements at
+        constant indices (op_Gather: STRIDED_SLICEs and a CONCATENATION, which train)."""
         from onnx import helper
         cur, last = v, max(d for d, p in enumerate(pp) if p[0] or p[1])
         for d, (p0, p1) in enumerate(pp):
             if not (p0 or p1):
                 continue
             n = s[d]
-            if mode == 'reflect' and max(p0, p1) > n - 1 or mode == 'wrap' and max(p0, p1) > n:
-                self.err(f'{mode} pads {[p0, p1]} of an axis of {n}: a reflection pads at most '
-                         'n - 1, a wrap n')
-            k = np.arange(-p0, n + p1)
-            idx = (np.clip(k, 0, n - 1) if mode == 'edge' else k % n if mode == 'wrap' else
-                   np.abs(k) - 2 * np.maximum(k - (n - 1), 0))
+            if max(p0, p1) > n:
+                self.err(f'wrap pads {[p0, p1]} of an axis of {n}: a wrap pads at most n')
             out = node.output[0] if d == last else f'{node.output[0]}/pad{d}'
-            self.const[out + '/idx'] = idx.astype(np.int64)
+            self.const[out + '/idx'] = (np.arange(-p0, n + p1) % n).astype(np.int64)
             self.op_Gather(helper.make_node('Gather', [cur, out + '/idx'], [out], axis=d),
                            [cur, out + '/idx'], {'axis': d}, i)
             s = list(s)
             s[d] = n + p0 + p1
             cur = out
-
 
 def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
     t, l, b, r = pads
