@@ -71,6 +71,11 @@ UNARY = {
     # highest code, derivative 0
     'RSQRT': (lambda x, o: np.where(x > 0, 1 / np.sqrt(np.where(x > 0, x, 1.0)), np.inf),
               lambda x, o: -0.5 * np.where(x > 0, x, np.inf) ** -1.5),
+    # tabulated as TFLite's int8 SQRT (_tfl_sqrt: float32, truncated; TFLite Micro has
+    # none, the converter writes it for tf.math.sqrt); a negative input, which TFLite
+    # refuses, is sqrt 0's code, derivative 0; at 0 the chord to the next code, 1 / sqrt(sx)
+    'SQRT': (lambda x, o: np.sqrt(np.maximum(x, 0.0)),
+             lambda x, o: 0.5 / np.sqrt(np.where(x > 0, x, np.inf))),
 }
 # the UNARY ops whose int8 kernel is TFLite's LUTPopulate (float32, std::round)
 LUT_F32 = ('EXP', 'LOG')
@@ -1844,7 +1849,7 @@ def mbqm(x, m: int, e: int) -> int:
 
 def _lut_layer(g, op, d):
     """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
-    LEAKY_RELU, ELU, GELU, NEG, EXP, LOG, RSQRT; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
+    LEAKY_RELU, ELU, GELU, NEG, EXP, LOG, RSQRT, SQRT; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
     one requantization and clamp; a DIV by one constant as its integer div.cc,
     _tflm_div) as utrain.q8lut runs it: 't' its int8 output for each input value
     -128..127, 'dt' its derivative there (real units, 2^-14 steps of 'ds'; 0 where the
@@ -1875,9 +1880,12 @@ def _lut_layer(g, op, d):
         f, df = UNARY[op.name]
         with np.errstate(all='ignore'):
             v = (_lut_populate(f, sx, zx, sy, zy) if op.name in LUT_F32
+                 else _tfl_sqrt(sx, zx, sy, zy) if op.name == 'SQRT'
                  else np.round(f(x, op.options) / sy) + zy)
             t = np.clip(np.nan_to_num(v, nan=-128), -128, 127)
             dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+            if op.name == 'SQRT':
+                dv[(q == zx) & (v < 127)] = 1 / math.sqrt(sx)
     _put_table(d, t, dv)
 
 
@@ -1944,6 +1952,16 @@ def _gl_exp(a: int) -> int:
         if rem & (1 << (24 + b)):
             r = hm(r, k)
     return (1 << 31) - 1 if a == 0 else r
+
+
+def _tfl_sqrt(sx, zx, sy, zy):
+    """TFLite's int8 SQRT (elementwise.cc's SqrtEvalQuantized, TF 2.21) before the clamp:
+    each of the 256 inputs dequantized in float32, sqrtf, divided by the float32 sy,
+    truncated toward 0 (a cast), plus the zero point; a negative input (which TFLite
+    refuses) as 0."""
+    f32 = np.float32
+    x = f32(sx) * (np.arange(-128, 128) - zx).astype(f32)
+    return np.trunc(np.sqrt(np.maximum(x, f32(0))) / f32(sy)).astype(np.float64) + zy
 
 
 def _lut_populate(f, sx, zx, sy, zy):

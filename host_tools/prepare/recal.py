@@ -71,7 +71,7 @@ MAXK = 8                # at most 2^MAXK times a range (utrain.q8range's bound d
 # widen; the copies (SAME, TIED) take their input's scale and widen with it
 CANDIDATES = WEIGHTED + ('MEAN', 'SUM', 'ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE',
                          'BATCH_MATMUL', 'LEAKY_RELU', 'HARD_SWISH', 'ELU',
-                         'GELU', 'EXP', 'LOG', 'RSQRT', 'QUANTIZE', 'RELU', 'RELU6',
+                         'GELU', 'EXP', 'LOG', 'RSQRT', 'SQRT', 'QUANTIZE', 'RELU', 'RELU6',
                          'RELU_N1_TO_1', 'PRELU')
 # the ops whose int8 output scale TFLite fixes (a range tied to theirs cannot widen)
 FIXED = ('LOGISTIC', 'TANH', 'SOFTMAX', 'LOG_SOFTMAX', 'L2_NORMALIZATION')
@@ -82,7 +82,8 @@ BOUNDS = {'NONE': (-INF, INF), 'RELU': (0.0, INF), 'RELU6': (0.0, 6.0),
           'RELU_N1_TO_1': (-1.0, 1.0), 'TANH': (-1.0, 1.0), 'LOGISTIC': (0.0, 1.0),
           'SOFTMAX': (0.0, 1.0),
           'EXP': (0.0, INF), 'ELU': (-1.0, INF), 'HARD_SWISH': (-0.375, INF),
-          'GELU': (-0.17, INF), 'RSQRT': (0.0, INF), 'SQUARED_DIFFERENCE': (0.0, INF)}
+          'GELU': (-0.17, INF), 'RSQRT': (0.0, INF), 'SQRT': (0.0, INF),
+          'SQUARED_DIFFERENCE': (0.0, INF)}
 
 
 def _data(op):

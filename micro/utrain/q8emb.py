@@ -10,10 +10,11 @@
 # A frozen table stays in the .wof: each id's row is read into the output.  A table that
 # trains ('eg') is held in RAM (L.tt) and is an FC's weights to utrain.q8 (Layer.xo:
 # rows of 'ed' weights at one scale 'es', no bias).  SGD at batch 1: its used rows step in
-# place by QAS, w_q -= lr dL/dW / s_W, in 1/256 steps rounded stochastically (q8kern.upk,
-# as an FC's weights; clamped to +-127); dL/dW of a row is the sum of the gradients at the
-# positions that read it (a scatter-add: a row read twice steps twice).  Adam, a batch > 1
-# and momentum: the rows' steps go into the table's sums (Q8Net.setup's L.ga) and the FC's
+# place by QAS, w_q -= lr dL/dW / s_W, made in 1/65536 steps (rqk), rounded to 1/256
+# with a dither, then stochastically (Q8Net._upd, as an FC's weights; clamped to +-127);
+# dL/dW of a row is the sum of the gradients at the positions that read it (a
+# scatter-add: a row read twice steps twice).  Adam, a batch > 1 and momentum: the rows'
+# steps go into the table's sums (Q8Net.setup's L.ga) and the FC's
 # updates apply them to every row (utrain.q8batch: Adam's float32 masters and moments, a
 # batch's SGD; momentum at batch 1: each sample's, through every row's int16 velocity,
 # Q8Net._upd).  Adam is lazy (TensorFlow Addons' LazyAdam, PyTorch's SparseAdam): a
@@ -56,15 +57,34 @@ def back(L, net, g, s):
     end, as an FC's: Q8Net._upd); no gradient below (the ids are data)."""
     d = L.d
     if L.tt is not None:
-        r, w, u, ga, lr, gk = d['ed'], memoryview(L.tt), L.dx, L.ga, net.lr, L.gk
-        f = 1.0 if gk is not None else lr * s * 256.0 / d['es']
-        for j in range(len(L.dg)):
+        r, u, ga, lr, gk, P = d['ed'], L.dx, L.ga, net.lr, L.gk, len(L.dg)
+        h = -1
+        if gk is None:
+            # SGD at batch 1, or momentum's sums: dL/dW / s_W = g c weight steps, in
+            # 1/65536 steps where they stay within 2^30 (Q8Net._fits; momentum's: a row's
+            # P positions' sum) and rounded to 1/256 with a dither (Q8Net._dith): to 1/256
+            # (truncated), an update under 1/256 step was 0, each step (issue 28)
+            c = lr * s / d['es']
+            if c and net._fits(g, L.nout, 64.0 / (c if ga is None else c * P)):
+                h = net._dith()
+            L.um[0], L.us[0] = L.qm(c * (65536.0 if h >= 0 else 256.0))
+            e = L.us[0]
+            if h < 0 and e > 0:     # (g << e within 32 bits: a step of 2^23 weight
+                c = 2147483647 >> e     # steps is past any)
+                for j in range(L.nout):
+                    v = g[j]
+                    if v > c or v < -c:
+                        g[j] = c if v > 0 else -c
+        for j in range(P):
             o = j * r
-            for c in range(r):
-                v = g[o + c] * f
-                u[c] = -0x3fffffff if v < -0x3fffffff else 0x3fffffff if v > 0x3fffffff else int(v)
-            i = L.dg[j] * r
+            if gk is None:
+                K.rqk(memoryview(g)[o:] if o else g, r, 1, r, L.um, L.us, u, 0, 0, 0, 1)
+            else:
+                for q in range(r):
+                    v = g[o + q]
+                    u[q] = -0x3fffffff if v < -0x3fffffff else 0x3fffffff if v > 0x3fffffff else v
             k = L.dg[j]
+            i = k * r
             if gk is not None:      # (dL/dW = g s, into its sums' unit, q8batch.unit)
                 z = L.lz
                 if z is not None:   # (Adam: the batch's rows, once each; its first sample
@@ -76,11 +96,11 @@ def back(L, net, g, s):
                         L.ln += 1
                 net.B.unit(L, u, r, k, 1, r, s, L.qm)
             if ga is None:
-                net.seed = K.upk(w[i:i + r], u, r, net.seed)
+                net._upd(L, i, u, r, h)
             else:
                 K.adk(memoryview(ga)[i:], u, r)
         if ga is not None and lr is not None:
-            net._upd(L, 0, ga, len(ga))
+            net._upd(L, 0, ga, len(ga), h)
             K.zk(ga, len(ga))
     return None, s
 

@@ -13,11 +13,12 @@
 # Its weights and bias train where q8.json has 'xt' (a layer below it trains: Train,
 # among utrain.q8's ext state: checkpoints, trained.wof.q8c): dW[i, ky, kx, o] =
 # sum dz[iy, ix, i] (x[oy, ox, o] - zx) (twk, dz unrescaled, at s 2^sh s_x), dL/db the
-# int32 g summed (tsk).  SGD at batch 1: each weight moved by lr dL/dW / s_W[i] steps
-# stochastically rounded (QAS: rqk per channel, upk), the int32 bias by lr dL/db / (s_x
-# s_W[i]) rounded.  Momentum, a batch > 1 and Adam: as a CONV_2D's weights of I channels
-# (Layer.xo: utrain.q8's update multipliers, velocities, sums, float32 masters and
-# moments, Q8Net._put and _bias, utrain.q8batch).
+# int32 g summed (tsk).  Its weights as a CONV_2D's of I channels (Layer.xo: utrain.q8's
+# update multipliers, velocities, sums, float32 masters and moments, Q8Net._upd, _put
+# and _bias, utrain.q8batch): SGD at batch 1 (and momentum) moves each by lr dL/dW /
+# s_W[i] steps, made in 1/65536 steps, rounded to 1/256 with a dither and then
+# stochastically (QAS), the int32 bias by lr dL/db / (s_x s_W[i]) rounded; a batch > 1 and
+# Adam through their sums.
 # Weights and bias are read once (weights.wof's int8 and int32 tensors 'xw', 'xb'), the
 # multipliers are q8.json's 'mul', 'shf' (per channel), the weight scales its 'sw'.
 from utrain.q8kern import micropython, VIPER
@@ -240,7 +241,7 @@ class Train:
             d = L.d
             I = d['nb']      # noqa: E741  (step's buffers: made here, before a step
             L.tg8 = (array('i', [16384] * I), array('i', bytes(4 * d['wn'])),   # fragments
-                     array('i', bytes(4 * I)), array('i', bytes(8 * I)))           # the heap)
+                     array('i', bytes(4 * I)))                                      # the heap)
             g = (I, d['wn'] // I, d['wn'] // I)
             L.geo = lambda g=g: g   # noqa: E731  (Layer.wr's, set_bias's, q8batch's)
             L.row = lambda r=g[1]: r    # noqa: E731  (Layer.w0 / nw's, the update's)
@@ -259,33 +260,33 @@ class Train:
         """L's update from g (its output's gradient, int32 at scale s; sh: g >> sh fits
         int8), its input x as the forward pass left it."""
         net, d, K_ = self.net, L.d, K     # noqa: N806
-        n, I, sw, sx = L.nout, d['nb'], d['sw'], d['sx']
-        u, gw, bs, q = L.tg8
+        n, I, sw, sx, wn = L.nout, d['nb'], d['sw'], d['sx'], d['wn']
+        u, gw, bs = L.tg8
         tdk(L.tz, g, L.y, n, I, sh, u, L.lo, L.hi)      # (dz unrescaled)
-        K_.zk(gw, d['wn'])
+        K_.zk(gw, wn)
         twk(gw, L.tz, L.x, L.zx, L.g)
         K_.zk(bs, I)
         k = sh - 7 if sh > 7 else 0         # (|g >> k| < 2^15: 2^16 positions a channel)
         tsk(bs, g, L.y, n, I, k, L.lo, L.hi)
-        lr = net.lr
+        lr, f = net.lr, s * (1 << sh) * sx      # (dL/dW = gw f)
+        if lr is None:      # (a batch's sums, Adam or a batch > 1: q8batch.unit)
+            net.B.unit(L, gw, wn, 0, I, wn // I, f, self.qmul, self.mults)
+            net._put(L, 0, gw, wn, lr)
+        else:
+            # SGD at batch 1, momentum too: a CONV_2D's update (all channels one chunk,
+            # Q8Net._wgrad's), in 1/65536 steps where they stay within 2^30 and rounded to
+            # 1/256 with a dither (Q8Net._dith): to the nearest, an update under 1/512
+            # step was 0, each step (issue 28)
+            f *= lr
+            h = net._dith() if f and net._fits(gw, wn, 64.0 * net._swn(sw) / f) else -1
+            self.mults(L, gw, wn, 0, I, wn // I, f, 65536.0 if h >= 0 else 256.0)
+            net._upd(L, 0, gw, wn, h)
         if lr is None or L.vw is not None:
-            # a batch's sums (Adam, a batch > 1) or momentum: a CONV_2D's, all channels
-            # one chunk (Q8Net._wgrad's scales)
-            sz = s * (1 << sh)
-            if lr is None:      # (a batch's sums: q8batch.unit)
-                net.B.unit(L, gw, d['wn'], 0, I, d['wn'] // I, sz * sx, self.qmul, self.mults)
-            else:
-                self.mults(L, gw, d['wn'], 0, I, d['wn'] // I, lr * sz * sx, 256.0)
-            net._put(L, 0, gw, d['wn'], lr)
             net._bias(L, s * (1 << k), lr, 0, I, bs)
             return
-        f = lr * s * (1 << sh)
         fb = lr * s * (1 << k)
         for i in range(I):
-            q[i], q[I + i] = self.qmul(f * sx * 256.0 / sw[i])
             L.tb[i] -= int(round(fb * bs[i] / (sx * sw[i])))
-        K_.rqk(gw, d['wn'], I, d['wn'] // I, q, memoryview(q)[I:], gw, 0, 0, 0, 1)
-        net.seed = K_.upk(L.tw, gw, d['wn'], net.seed)
 
     def parts(self):
         out = []

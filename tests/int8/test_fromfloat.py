@@ -697,12 +697,13 @@ def test_clips_by_constants_as_int8_train_on_micropython_as_on_the_host(tmp_path
     assert_same_logs(la, lb)
 
 
-@pytest.mark.parametrize('kind', ['cdiv', 'pow2'])
+@pytest.mark.parametrize('kind', ['cdiv', 'pow2', 'pow05'])
 def test_constant_first_division_and_a_square_of_a_float_model_train_as_int8(tmp_path, kind):
     """c / x (a constant divided by an activation: an int8 DIV, its constant at its own
-    range) and POW(x, 2) (the float path's MUL(x, x)) had been refused by prepare --int8
-    (c / x: "constant ... is not the weight or bias"; POW: not run by either path).  Its
-    epoch-0 test loss is the float model's (numpy) and it learns."""
+    range), POW(x, 2) (the float path's MUL(x, x)) and POW(x, 0.5) (SQRT: a q8lut table as
+    TFLite's int8 SQRT) had been refused by prepare --int8 (c / x: "constant ... is not
+    the weight or bias"; POW: not run by either path; SQRT: no int8 path until session
+    32).  Its epoch-0 test loss is the float model's (numpy) and it learns."""
     src, forward, make_x = build_constant_op(tmp_path / f'{kind}.tflite', kind)
     x = make_x(96)
     y = (forward(x.astype(np.float64)) @ np.random.default_rng(5).standard_normal((3, 3))).argmax(1)
@@ -712,22 +713,16 @@ def test_constant_first_division_and_a_square_of_a_float_model_train_as_int8(tmp
 
 
 def test_powers_neither_path_runs_are_refused_saying_so(tmp_path):
-    """POW(x, 0.5) trains in float32 (SQRT) and --int8 refuses it saying so; POW(x, 3)
-    had been refused by both paths (--int8's refusal had added "without --int8 it trains
-    in float32", which was not so): it is x * x * x now (spellings._pow_steps), which
-    both train."""
-    for kind, f32 in (('pow05', True), ('pow3', False)):
+    """POW(x, 3) had been refused by both paths (--int8's refusal had added "without
+    --int8 it trains in float32", which was not so): it is x * x * x now
+    (spellings._pow_steps), which both train; POW(x, 0.5) is SQRT, which --int8 refused
+    until session 32 and now trains as int8 too."""
+    for kind in ('pow05', 'pow3'):
         src, _, make_x = build_constant_op(tmp_path / f'{kind}.tflite', kind)
         np.savez(tmp_path / 'd.npz', x=make_x(16), y=np.arange(16) % 3)
-        if f32:
-            with pytest.raises(PrepareError) as e:
-                prepare(src, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), int8=True,
-                        from_logits=True, log=lambda *a: None, **KW)
-            assert e.value.args[0].endswith('without --int8 it trains in float32'), e.value
-        else:
-            s = prepare(src, str(tmp_path / 'q3'), data=str(tmp_path / 'd.npz'), int8=True,
-                        epochs=1, from_logits=True, log=lambda *a: None, **KW)
-            assert s.get('int8')
+        s = prepare(src, str(tmp_path / f'q{kind}'), data=str(tmp_path / 'd.npz'), int8=True,
+                    epochs=1, from_logits=True, log=lambda *a: None, **KW)
+        assert s.get('int8')
         s = prepare(src, str(tmp_path / f'f{kind}'), data=str(tmp_path / 'd.npz'), epochs=1,
                     from_logits=True, log=lambda *a: None, **KW)
         assert not s.get('int8')

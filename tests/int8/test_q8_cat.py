@@ -329,7 +329,7 @@ def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
 
 
 UNARY = ['LOGISTIC', 'TANH', 'HARD_SWISH', 'RELU', 'RELU6', 'LEAKY_RELU', 'ELU', 'GELU',
-         'QUANTIZE', 'EXP', 'LOG', 'RSQRT']
+         'QUANTIZE', 'EXP', 'LOG', 'RSQRT', 'SQRT']
 TFLM_EXACT = ('RELU', 'RELU6', 'QUANTIZE')     # (TFLite Micro's own requantization)
 
 
@@ -376,6 +376,10 @@ def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
             assert np.abs(a - want).max() <= 1 and (a == want).mean() > 0.95
             if name == 'LOG':           # log 0 = -inf: the lowest code, as TFLite's table
                 assert (h <= 0).sum() > 10 and (a[h <= 0] == -128).all()
+        elif name == 'SQRT':            # (TFLite's: float32, truncated; a negative input,
+            want = np.clip(np.floor(fwd.f(h * 0.04) / so) + zo, -128, 127)   # which it
+            assert np.abs(a - want).max() <= 1 and (a == want).mean() > 0.95  # refuses, 0)
+            assert (h < 0).sum() > 10 and (a[h <= 0] == zo).all()
         else:
             f = quant.UNARY[name][0]
             want = np.clip(np.round(f((h - 0) * 0.04, {}) / so) + zo, -128, 127)
@@ -425,6 +429,74 @@ def test_rsqrt_table_against_tflite_micro(tmp_path, name='RSQRT'):
         assert np.abs(t - ref).max() <= 1
         n, same = n + len(q), same + int((t == ref).sum())
     assert same > 0.99 * n, (same, n)
+
+
+# TFLite's int8 SQRT (TF 2.21's interpreter; TFLite Micro has none) of the inputs zx..127
+# at scales (sx, zx, sy, zy), its output codes as hex (it refuses negative inputs)
+SQRT_TFLITE = {(0.02, -128, 0.01, -128): (
+    '808e94989c9fa2a5a8aaacaeb0b2b4b6b8babbbdbfc0c2c3c5c6c8c9cacccdced0d1d2d3d4d6d7d8d9dadbdc'
+    'dddedfe0e1e2e4e4e5e6e7e8e9eaebecedeeeff0f1f2f2f3f4f5f6f7f7f8f9fafbfcfcfdfeff000001020303'
+    '04050606070809090a0b0c0c0d0e0e0f1010111212131414151616171818191a1a1b1c1c1d1e1e1f20202121'
+    '222323242425262627272829292a2a2b2c2c2d2d2e2e2f3030313132323334343535363637373838393a3a3b'
+    '3b3c3c3d3d3e3e3f3f40404141424243434444454546464748484849494a4a4b4b4c4c4d4d4e4e4f4f505051'
+    '5152525353545455555656565757585859595a5a5b5b5b5c5c5d5d5e5e5f5f6060606161'),
+    (0.0371, -20, 0.013, -100): (
+    '9caab0b5b9bdc0c3c5c8cacdcfd1d3d5d7d9dadcdedfe1e3e4e6e7e8eaebedeeeff1f2f3f4f6f7f8f9fafcfd'
+    'feff000102030405060708090a0b0c0d0e0f10111213141516171718191a1b1c1d1e1e1f2021222223242526'
+    '262728292a2a2b2c2d2d2e2f30303132333334353536373838393a3a3b3c3c3d3e3e3f404041424243444445'
+    '4646474848494a4a4b4b4c4d4d4e4f4f')}
+
+
+def test_sqrt_table_is_tflites_int8_sqrt():
+    """int8 SQRT (the converter writes it for tf.math.sqrt; int8 training had refused it)
+    as a q8lut table: TFLite's int8 kernel (elementwise.cc: float32 sqrt, the quotient by
+    the output scale truncated, not rounded) code for code on every input it takes
+    (rounded to the nearest, half of them differed by one); a negative input, which it
+    refuses, gives sqrt 0's code.  Its derivative 1 / (2 sqrt x) against central finite
+    differences of sqrt, and at 0 the chord to the next code, 1 / sqrt(sx); 0 below."""
+    for (sx, zx, sy, zy), h in SQRT_TFLITE.items():
+        d = dict(sx=sx, zx=zx, sy=sy, zy=zy)
+        quant._lut_layer(None, type('Op', (), {'name': 'SQRT', 'options': {}})(), d)
+        t = np.asarray(d['t'])
+        assert np.array_equal(t[zx + 128:], np.frombuffer(bytes.fromhex(h), np.int8))
+        assert (t[:zx + 128] == zy).all()
+        dt = np.asarray(d['dt']) * d.get('ds', 1.0) / 16384
+        x = (np.arange(-128, 128) - zx) * sx
+        e = 1e-6 * sx
+        fd = (np.sqrt(np.maximum(x + e, 0)) - np.sqrt(np.maximum(x - e, 0))) / (2 * e)
+        inside = (x > 0) & (t < 127)
+        assert inside.sum() > 60
+        assert np.allclose(dt[inside], fd[inside], rtol=2e-3, atol=2 * d.get('ds', 1.0) / 16384)
+        assert dt[zx + 128] == pytest.approx(1 / np.sqrt(sx), rel=1e-3) and not dt[:zx + 128].any()
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_int8_sqrt_file_trains_as_int8_on_micropython(tmp_path):
+    """An int8 FC RELU -> SQRT -> FC (Keras's tf.math.sqrt, full-integer) had trained in
+    float32, dequantized ("op 1 (SQRT) is not supported by int8 training"): it trains as
+    int8 (the SQRT a q8lut table), on unix MicroPython (viper) to CPython's trained.wof,
+    and export --quantized keeps it int8 with the trained weights."""
+    from test_outside_models import build_int8_sqrt
+    from test_q8_reg import trained_on_both
+    from host_tools.prepare.pipeline import prepare, export
+    src, fwd = build_int8_sqrt(tmp_path / 'sq.tflite')
+    x = np.random.default_rng(1).uniform(-2, 2, (48, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=fwd(x.astype(np.float64)).argmax(1))
+    said = []
+    d = str(tmp_path / 'r')
+    s = prepare(src, d, data=str(tmp_path / 'd.npz'), epochs=2, loss='scce', lr=0.02,
+                test_split=0.25, log=said.append)
+    assert s['int8'] and not any('dequantiz' in v for v in said), said
+    with open(os.path.join(d, 'q8.json')) as f:
+        assert [v['k'] for v in json.load(f)['layers']] == [quant.FC, quant.LUT, quant.FC]
+    tl = trained_on_both(d, tmp_path)
+    assert tl[-1] < tl[0], tl
+    q = str(tmp_path / 'q.tflite')
+    export(src, os.path.join(d, 'trained.wof'), q, quantized=True)
+    g0, g = read_model(src), read_model(q)
+    assert [op.name for op in g.ops] == ['FULLY_CONNECTED', 'SQRT', 'FULLY_CONNECTED']
+    assert g.tensors[g.ops[1].inputs[0]].dtype == 'int8'
+    assert not np.array_equal(g.tensors[g.ops[0].inputs[1]].data, g0.tensors[g0.ops[0].inputs[1]].data)
 
 
 def test_squeeze_and_expand_dims_are_their_inputs_bytes(tmp_path):

@@ -89,10 +89,10 @@ def test_autoencoder_forward_bit_exact(tmp_path):
     _bit_exact(path, str(tmp_path))
 
 
-def _autoencoder(tmp_path):
+def _autoencoder(tmp_path, channels=4):
     os.makedirs(tmp_path, exist_ok=True)
     xs = np.random.default_rng(0).random((16, 8, 8, 1)).astype(np.float32)
-    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
+    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs, channels=channels)
     g = quant.rewritten(read_model(path))
     m = quant.write(g, str(tmp_path), 'all')
     assert [d['k'] for d in m['layers']] == [quant.CONV, quant.TCV] and m['layers'][1]['xt']

@@ -611,7 +611,8 @@ def build_keras_int8_seq(path, seed=0):
 UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0.03, -30),
              'RELU': (0.03, -128), 'RELU6': (0.04, 0), 'LEAKY_RELU': (0.03, 10),
              'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7),
-             'EXP': (0.03, -128), 'LOG': (0.02, 30), 'RSQRT': (0.04, -128)}
+             'EXP': (0.03, -128), 'LOG': (0.02, 30), 'RSQRT': (0.04, -128),
+             'SQRT': (0.01, -128)}
 
 
 def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
@@ -649,7 +650,8 @@ def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
           'ELU': lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
           'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v,
           'EXP': np.exp, 'LOG': lambda v: np.log(np.maximum(v, 1e-300)),   # (log 0: the lowest code)
-          'RSQRT': lambda v: 1 / np.sqrt(np.maximum(v, 1e-300))}
+          'RSQRT': lambda v: 1 / np.sqrt(np.maximum(v, 1e-300)),
+          'SQRT': lambda v: np.sqrt(np.maximum(v, 0))}     # (TFLite refuses v < 0)
 
     def forward(xf, wf=None):
         wf = w1 * s1 if wf is None else wf
