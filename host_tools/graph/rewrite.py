@@ -120,6 +120,7 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
     # (a float16 file's weights: float32 without scales to keep, its DEQUANTIZEs gone)
     moved = not int8 and (f16 or len(g.ops) != n)
     info = {'dequantized': len(quant), 'quant': quant, **loops}
+    g.dequantized = bool(quant)     # (export --quantized writes weights back by name)
     for name, fn, on_int8 in PASSES:
         if int8 and not on_int8:
             info[name] = 0
