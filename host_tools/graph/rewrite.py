@@ -22,7 +22,8 @@ and returns how many changes it made:
                       TRANSPOSE through elementwise ops (permuting broadcast constants),
                       reductions (remapping axes) and other transposes (composing), turns a
                       transpose that only moves size-1 dims into a RESHAPE, folds a
-                      TRANSPOSE-RESHAPE-FULLY_CONNECTED flatten into the FC's weight columns,
+                      TRANSPOSE-RESHAPE-FULLY_CONNECTED flatten into the FC's weight columns
+                      (not where export writes that weight back into the file),
                       merges transposes of one tensor by one perm, hoists one
                       TRANSPOSE out of a binary op whose inputs are all transposed by
                       the same perm (a residual ADD of two NCHW branches), merges

@@ -952,8 +952,8 @@ def depth_to_space(g: Graph) -> int:
         _, H, W, D = deep
         C, name, made = D // (b * b), g.tensors[y].name, []
 
-        def tensor(what, shape, out=None):
-            return new_tensor(g, f'{name}/{what}', shape, like=y) if out is None else out
+        def tensor(what, shape):
+            return new_tensor(g, f'{name}/{what}', shape, like=y)
 
         def reshape(a, out):
             made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [a], [out], {}, src=op.src))
