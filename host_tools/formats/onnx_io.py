@@ -2658,7 +2658,7 @@ class _Reader(RecurrentOps):
     def op_Pad(self, node, ins, a, i):
         """PAD (zeros), PADV2 (another constant value) or MIRROR_PAD (mode reflect; mode
         edge: the border row repeated, Operator.edge), the last two spelled by prepare
-        (spellings.mirror_pads, pads_to_concat); negative pads crop first (a
+        (spellings.mirror_pads, padv2_to_pad); negative pads crop first (a
         STRIDED_SLICE); mode wrap: _pad_wrapped."""
         mode = a.get('mode', 'constant')
         if isinstance(mode, bytes):

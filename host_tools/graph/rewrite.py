@@ -22,7 +22,8 @@ and returns how many changes it made:
                       TRANSPOSE through elementwise ops (permuting broadcast constants),
                       reductions (remapping axes) and other transposes (composing), turns a
                       transpose that only moves size-1 dims into a RESHAPE, folds a
-                      TRANSPOSE-RESHAPE-FULLY_CONNECTED flatten into the FC's weight columns,
+                      TRANSPOSE-RESHAPE-FULLY_CONNECTED flatten into the FC's weight columns
+                      (not where export writes that weight back into the file),
                       merges transposes of one tensor by one perm, hoists one
                       TRANSPOSE out of a binary op whose inputs are all transposed by
                       the same perm (a residual ADD of two NCHW branches), merges
@@ -48,12 +49,13 @@ and returns how many changes it made:
 * conv3d_to_conv2d    a float CONV_3D -> a CONV_2D per output frame and depth tap (the
                       frames STRIDED_SLICEs, the taps' weights constants read by every
                       frame), ADDed, joined along H and RESHAPEd to the 5-D output.
-* pads_to_concat      a float PADV2 (a constant value c) -> SUB c, PAD, ADD c; a
-                      MIRROR_PAD (REFLECT, SYMMETRIC) -> a CONCATENATION of the mirrored
-                      rows (STRIDED_SLICEs of one row) and the input, per padded axis.
-* depth_to_space      a float DEPTH_TO_SPACE (a pixel shuffle) -> per row offset a
-                      STRIDED_SLICE of its channels and a RESHAPE, CONCATENATED along W,
-                      RESHAPEd.
+* mirror_pads         a MIRROR_PAD (REFLECT, SYMMETRIC; ONNX's edge) -> a GATHER of the
+                      input's rows per padded axis, which gathers_to_slices makes slices
+                      and a CONCATENATION (float and int8).
+* depth_to_space      a DEPTH_TO_SPACE (a pixel shuffle; ONNX's CRD too) or SPACE_TO_DEPTH
+                      -> per row offset a STRIDED_SLICE and a RESHAPE, CONCATENATED,
+                      RESHAPEd (float and int8).
+* padv2_to_pad        a float PADV2 (a constant value c) -> SUB c, PAD, ADD c.
 * reduce_min_to_max   REDUCE_MIN that a max pool computes -> MUL by -1, REDUCE_MAX, MUL
                       by -1 (min(x) = -max(-x)), which the next pass makes a pool.
 * reduce_max_to_pool  REDUCE_MAX over one run of axes (a global max pool) -> a
@@ -75,7 +77,7 @@ from .qparams import dequantize
 from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
-from .spellings import (conv3d_to_conv2d, depth_space, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms,
+from .spellings import (conv3d_to_conv2d, depth_to_space, padv2_to_pad, dilated_convs, elementwise_forms,
                         gathers_to_slices, mirror_pads, pack_to_concat,
                         reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
@@ -90,8 +92,8 @@ LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, T
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
           ('scaled_copies', scaled_copies, False),
           ('shapes', fold_shapes, True), ('conv3d', conv3d_to_conv2d, False),
-          ('mirrors', mirror_pads, True), ('depth_to_space', depth_to_space, False),
-          ('depth_space', depth_space, True), ('pads', pads_to_concat, False),
+          ('mirrors', mirror_pads, True), ('depth_space', depth_to_space, True),
+          ('pads', padv2_to_pad, False),
           ('takes', gathers_to_slices, True),
           ('slices', slice_to_strided, True), ('reversed_slices', reversed_slices, False),
           ('embeddings', embedding_gathers, True),
@@ -119,6 +121,7 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
     # (a float16 file's weights: float32 without scales to keep, its DEQUANTIZEs gone)
     moved = not int8 and (f16 or len(g.ops) != n)
     info = {'dequantized': len(quant), 'quant': quant, **loops}
+    g.dequantized = bool(quant)     # (export --quantized writes weights back by name)
     for name, fn, on_int8 in PASSES:
         if int8 and not on_int8:
             info[name] = 0

@@ -1,6 +1,6 @@
 """Ops utrain lacks spelled with ops it has: SPLIT for slices and UNPACK, STRIDED_SLICE
-for SLICE, GATHER for MIRROR_PAD, RESHAPE and TRANSPOSE for DEPTH_TO_SPACE, CONCATENATION
-for PACK, TILE and RESIZE, HARD_SWISH expanded, GATHERs as slices, a global REDUCE_MAX
+for SLICE, GATHER for MIRROR_PAD, slices and RESHAPEs for DEPTH_TO_SPACE and SPACE_TO_DEPTH,
+PAD for PADV2, CONCATENATION for PACK, TILE and RESIZE, HARD_SWISH expanded, GATHERs as slices, a global REDUCE_MAX
 as a pool, dilated convs, elementwise forms, piecewise SELECTs as RELUs."""
 from __future__ import annotations
 
@@ -182,30 +182,32 @@ def hard_swish_expanded(g: Graph) -> int:
 
 
 def mirror_pads(g: Graph) -> int:
-    """MIRROR_PAD by constant paddings (tf.pad(mode='REFLECT' / 'SYMMETRIC')) -> a GATHER
-    of the input's own elements at constant indices along each padded axis, which
-    gathers_to_slices (run next) spells as STRIDED_SLICEs and a CONCATENATION: the same
-    values; a mirrored element's gradient sums into the element.  Returns how many."""
+    """MIRROR_PAD by constant paddings (tf.pad(mode='REFLECT' / 'SYMMETRIC'), ONNX Pad mode
+    reflect: nn.ReflectionPad2d; ONNX's mode edge, Operator.edge: nn.ReplicationPad2d, the
+    border row repeated) -> a GATHER of the input's own elements at constant indices along
+    each padded axis, which gathers_to_slices (run next) spells as STRIDED_SLICEs and a
+    CONCATENATION: the same values, float and int8; a copied element's gradient sums into
+    the element.  Returns how many."""
     done = 0
     for op in list(g.ops):
         if op.name != 'MIRROR_PAD' or len(op.inputs) != 2 or not is_const(g, op.inputs[1]) \
-                or is_const(g, op.inputs[0]) or getattr(op, 'edge', False):
-            # (ONNX's mode edge, the border row repeated: pads_to_concat's)
+                or is_const(g, op.inputs[0]):
             continue
         x, y = op.inputs[0], op.outputs[0]
         shape = list(g.tensors[x].shape)
         pads = np.asarray(g.tensors[op.inputs[1]].data).reshape(-1, 2).astype(int)
-        sym = op.options.get('mode') in ('SYMMETRIC', 1)
-        if len(pads) != len(shape) or pads.min() < 0 or pads[0].any() or \
+        edge, sym = getattr(op, 'edge', False), op.options.get('mode') in ('SYMMETRIC', 1)
+        if len(pads) != len(shape) or pads.min() < 0 or pads[0].any() or not edge and \
                 any(max(p) > n - (0 if sym else 1) for p, n in zip(pads, shape)):
-            continue
+            continue            # (TFLite refuses pads past the mirrored rows too)
         axes = [a for a, p in enumerate(pads) if p.any()]
         made, name = [], g.tensors[y].name
         for j, a in enumerate(axes):
             n, (p0, p1) = shape[a], pads[a]
             k = np.arange(-p0, n + p1)
-            idx = np.where(k < 0, -k - 1 if sym else -k,
-                           np.where(k > n - 1, 2 * n - 1 - k if sym else 2 * n - 2 - k, k))
+            idx = np.clip(k, 0, n - 1) if edge else \
+                np.where(k < 0, -k - 1 if sym else -k,
+                         np.where(k > n - 1, 2 * n - 1 - k if sym else 2 * n - 2 - k, k))
             shape[a] = n + p0 + p1
             out = y if j == len(axes) - 1 else new_tensor(g, name + f'/mirror{a}', list(shape),
                                                           like=y)
@@ -215,42 +217,6 @@ def mirror_pads(g: Graph) -> int:
             x = out
         if not made:
             continue
-        replace_op(g, op, made)
-        done += 1
-    return done
-
-
-def depth_space(g: Graph) -> int:
-    """DEPTH_TO_SPACE / SPACE_TO_DEPTH of block b (a sub-pixel convolution's upsampling,
-    tf.nn.depth_to_space) on [1, H, W, C] -> RESHAPE, TRANSPOSE (perm 0, 2, 1, 3),
-    RESHAPE: the same values, in ops that train.  Returns how many."""
-    done = 0
-    for op in list(g.ops):
-        if op.name not in ('DEPTH_TO_SPACE', 'SPACE_TO_DEPTH') or is_const(g, op.inputs[0]) \
-                or getattr(op, 'crd', False):     # (ONNX's mode CRD: depth_to_space's)
-            continue
-        x, y = op.inputs[0], op.outputs[0]
-        X, Y = list(g.tensors[x].shape), list(g.tensors[y].shape)
-        b = int(op.options.get('block_size', 0))
-        if len(X) != 4 or X[0] != 1 or b < 1:
-            continue
-        if op.name == 'DEPTH_TO_SPACE':
-            _, H, W, C = X
-            a, t = [H, W, b, C // b], [H, b, W, C // b]
-        else:
-            _, H, W, C = X[0], X[1] // b, X[2] // b, X[3]
-            a, t = [H, b, W, b * C], [H, W, b, b * C]
-        if int(np.prod(Y)) != int(np.prod(X)):
-            continue
-        name = g.tensors[y].name
-        r1 = new_tensor(g, name + '/blocks', a, like=y)
-        r2 = new_tensor(g, name + '/moved', t, like=y)
-        perm = new_tensor(g, name + '/perm', [4], np.int32([0, 2, 1, 3]))
-        made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [r1], {}, src=op.src),
-                Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE', [r1, perm], [r2], {}, src=op.src),
-                Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [r2], [y], {}, src=op.src)]
-        make_reshape(g, made[0], a)
-        make_reshape(g, made[2], Y)
         replace_op(g, op, made)
         done += 1
     return done
@@ -932,120 +898,97 @@ def dilated_convs(g: Graph) -> int:
     return done
 
 
-def pads_to_concat(g: Graph) -> int:
+def padv2_to_pad(g: Graph) -> int:
     """A float PADV2 (PAD with a constant value c: F.pad(x, value=c), tf.pad's
-    constant_values) -> SUB c, PAD (zeros), ADD c (c frozen); a MIRROR_PAD (REFLECT:
-    ReflectionPad, ONNX Pad mode reflect; SYMMETRIC; ONNX's mode edge, Operator.edge:
-    the border row repeated) -> per padded axis a CONCATENATION of the mirrored rows (a STRIDED_SLICE of one row each, in order) and
-    the input: each output copies an input row, its gradient summed into it.  Returns
-    how many."""
+    constant_values) -> SUB c, PAD (zeros), ADD c (c frozen); c 0: a PAD.  Returns how
+    many.  (MIRROR_PAD: mirror_pads.)"""
     done = 0
     for op in list(g.ops):
-        if op.name not in ('PADV2', 'MIRROR_PAD') or len(op.inputs) < 2 or \
-                not is_const(g, op.inputs[1]) or \
+        if op.name != 'PADV2' or len(op.inputs) < 3 or not is_const(g, op.inputs[1]) or \
+                not is_const(g, op.inputs[2]) or \
                 np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
             continue
-        x, y = op.inputs[0], op.outputs[0]
-        pp = np.asarray(g.tensors[op.inputs[1]].data, np.int64).reshape(-1, 2)
-        name = g.tensors[y].name
-        if op.name == 'PADV2':
-            c = g.tensors[op.inputs[2]].data if len(op.inputs) > 2 and \
-                is_const(g, op.inputs[2]) else None
-            if c is None or np.size(c) != 1:
-                continue
-            c = float(np.asarray(c).reshape(-1)[0])
-            if c == 0.0:
-                op.name, op.code, op.inputs = 'PAD', OP_CODES['PAD'], op.inputs[:2]
-            else:
-                k = new_tensor(g, f'{name}/value', [], np.array(c, np.float32))
-                g.tensors[k].frozen = True
-                spell(g, op, [('SUB', [x, k], NO_ACTIVATION, list(g.tensors[x].shape)),
-                              ('PAD', ['prev', op.inputs[1]], {}, None),
-                              ('ADD', ['prev', k], NO_ACTIVATION, None)], own=1)
-            done += 1
+        x, y, c = op.inputs[0], op.outputs[0], g.tensors[op.inputs[2]].data
+        if np.size(c) != 1:
             continue
-        shape = list(g.tensors[x].shape)
-        edge = getattr(op, 'edge', False)       # (ONNX Pad mode edge: the border row)
-        off = 0 if op.options.get('mode') in ('SYMMETRIC', 1) else 1
-        if pp.shape[0] != len(shape) or pp.min() < 0 or not edge and \
-                any(p0 + off > n or p1 + off > n for (p0, p1), n in zip(pp, shape)):
-            continue            # (TFLite refuses pads past the mirrored rows too)
-        made, cur = [], x
-        axes = [a for a in range(len(shape)) if pp[a].any()]
-        for j, a in enumerate(axes):
-            n = shape[a]
-            rows = [0 if edge else p - 1 + off for p in range(pp[a][0], 0, -1)] + [None] + \
-                [n - 1 if edge else n - off - p for p in range(1, pp[a][1] + 1)]
-            parts = []
-            for r in rows:
-                if r is None:
-                    parts.append(cur)
-                    continue
-                b, e = [0] * len(shape), list(shape)
-                b[a], e[a] = r, r + 1
-                parts.append(new_tensor(g, f'{name}/axis{a}_row{r}_{len(parts)}',
-                                        shape[:a] + [1] + shape[a + 1:], like=y))
-                made.append(slice_op(g, cur, parts[-1], f'{name}/axis{a}_row{r}_{len(parts)}',
-                                     b, e, [1] * len(shape), op.src))
-            shape[a] += int(pp[a].sum())
-            out = y if j == len(axes) - 1 else new_tensor(g, f'{name}/axis{a}', list(shape), like=y)
-            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [out],
-                                 {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
-            cur = out
-        if not made:
-            continue
-        replace_op(g, op, made)
+        c = float(np.asarray(c).reshape(-1)[0])
+        if c == 0.0:
+            op.name, op.code, op.inputs = 'PAD', OP_CODES['PAD'], op.inputs[:2]
+        else:
+            k = new_tensor(g, f'{g.tensors[y].name}/value', [], np.array(c, np.float32))
+            g.tensors[k].frozen = True
+            spell(g, op, [('SUB', [x, k], NO_ACTIVATION, list(g.tensors[x].shape)),
+                          ('PAD', ['prev', op.inputs[1]], {}, None),
+                          ('ADD', ['prev', k], NO_ACTIVATION, None)], own=1)
         done += 1
     return done
 
 
 def depth_to_space(g: Graph) -> int:
-    """A float DEPTH_TO_SPACE of block b (tf.nn.depth_to_space: a super-resolution
-    model's pixel shuffle) [1, H, W, b*b*C] -> [1, H*b, W*b, C]: output row h*b + i,
-    column w*b + j, channel c is input (h, w) channel (i*b + j)*C + c, so the channels
-    of row offset i are one run of b*C, which a RESHAPE [1, H, W*b, C] lays out along
-    the row: per i a STRIDED_SLICE of that run and a RESHAPE, their CONCATENATION along
-    W (each row's b rows side by side) RESHAPEd to [1, H*b, W*b, C].  Copies only: the
-    gradient of each output goes to the input it copies.  Returns how many."""
+    """DEPTH_TO_SPACE of block b (tf.nn.depth_to_space: a super-resolution model's pixel
+    shuffle) [1, H, W, b*b*C] -> [1, H*b, W*b, C], and its inverse SPACE_TO_DEPTH, float
+    and int8: output row h*b + i, column w*b + j, channel c is input (h, w) channel
+    (i*b + j)*C + c, so the channels of row offset i are one run of b*C, which a RESHAPE
+    [1, H, W*b, C] lays out along the row, and a map [1, H, b*W*b, C] holds each row's b
+    rows side by side.  DEPTH_TO_SPACE: per i a STRIDED_SLICE of that run and that
+    RESHAPE, their CONCATENATION along W, RESHAPEd to [1, H*b, W*b, C]; SPACE_TO_DEPTH the
+    same backwards (RESHAPE, per i a slice along W and a RESHAPE, CONCATENATION along the
+    channels).  Copies only, in the file's layout (no TRANSPOSE for cancel_transposes to
+    fold into a weight): each output's gradient goes to the input it copies.  Returns how
+    many."""
     done = 0
     for op in list(g.ops):
-        if op.name != 'DEPTH_TO_SPACE' or len(op.inputs) != 1 or \
-                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+        if op.name not in ('DEPTH_TO_SPACE', 'SPACE_TO_DEPTH') or len(op.inputs) != 1 or \
+                is_const(g, op.inputs[0]):
             continue
         x, y = op.inputs[0], op.outputs[0]
         b = int(op.options.get('block_size', 0) or 0)
-        X = list(g.tensors[x].shape)
-        if len(X) != 4 or X[0] != 1 or b < 1 or X[3] % (b * b):
+        deep, flat = list(g.tensors[x].shape), list(g.tensors[y].shape)
+        if op.name == 'SPACE_TO_DEPTH':
+            deep, flat = flat, deep
+        if len(deep) != 4 or deep[0] != 1 or b < 1 or deep[3] % (b * b) or \
+                flat != [1, deep[1] * b, deep[2] * b, deep[3] // (b * b)]:
             continue
-        _, H, W, D = X
-        C = D // (b * b)
-        if list(g.tensors[y].shape) != [1, H * b, W * b, C]:
-            continue
-        name, made, rows = g.tensors[y].name, [], []
-        for i in range(b):
-            part = new_tensor(g, f'{name}/row{i}', [1, H, W, b * C], like=y)
-            if getattr(op, 'crd', False):
-                # (ONNX's mode CRD, torch's PixelShuffle: channel c*b*b + i*b + j, so
-                # offset (i, j)'s channels are every b*b-th: joined j by j as DCR has them)
-                cols = [new_tensor(g, f'{name}/row{i}_col{j}', [1, H, W, C], like=y)
-                        for j in range(b)]
-                made += [slice_op(g, x, cols[j], f'{name}/row{i}_col{j}', [0, 0, 0, i * b + j],
-                                  [1, H, W, D], [1, 1, 1, b * b], op.src) for j in range(b)]
-                made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', cols,
-                                     [part], {'axis': 3, 'fused_activation_function': 'NONE'},
-                                     src=op.src))
-            else:
-                made.append(slice_op(g, x, part, f'{name}/row{i}', [0, 0, 0, i * b * C],
-                                     [1, H, W, (i + 1) * b * C], [1, 1, 1, 1], op.src))
-            rows.append(new_tensor(g, f'{name}/row{i}_wide', [1, H, W * b, C], like=y))
-            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [part], [rows[-1]], {},
+        _, H, W, D = deep
+        C, name, made = D // (b * b), g.tensors[y].name, []
+
+        def tensor(what, shape):
+            return new_tensor(g, f'{name}/{what}', shape, like=y)
+
+        def reshape(a, out):
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [a], [out], {}, src=op.src))
+            make_reshape(g, made[-1], list(g.tensors[out].shape))
+            return out
+
+        def join(parts, axis, out):
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [out],
+                                 {'axis': axis, 'fused_activation_function': 'NONE'},
                                  src=op.src))
-            make_reshape(g, made[-1], [1, H, W * b, C])
-        joined = new_tensor(g, f'{name}/rows', [1, H, b * W * b, C], like=y)
-        made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', rows, [joined],
-                             {'axis': 2, 'fused_activation_function': 'NONE'}, src=op.src))
-        made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))
-        make_reshape(g, made[-1], [1, H * b, W * b, C])
+            return out
+
+        def cut(a, what, begin, end, strides, shape):
+            made.append(slice_op(g, a, tensor(what, shape), f'{name}/{what}', begin, end,
+                                 strides, op.src))
+            return made[-1].outputs[0]
+        if op.name == 'SPACE_TO_DEPTH':
+            rows = reshape(x, tensor('rows', [1, H, b * W * b, C]))
+            join([reshape(cut(rows, f'row{i}_wide', [0, 0, i * W * b, 0],
+                              [1, H, (i + 1) * W * b, C], [1] * 4, [1, H, W * b, C]),
+                          tensor(f'row{i}', [1, H, W, b * C])) for i in range(b)], 3, y)
+        else:
+            parts = []
+            for i in range(b):
+                if getattr(op, 'crd', False):
+                    # (ONNX's mode CRD, torch's PixelShuffle: channel c*b*b + i*b + j, so
+                    # offset (i, j)'s channels are every b*b-th: joined j by j as DCR has them)
+                    part = join([cut(x, f'row{i}_col{j}', [0, 0, 0, i * b + j], [1, H, W, D],
+                                     [1, 1, 1, b * b], [1, H, W, C]) for j in range(b)],
+                                3, tensor(f'row{i}', [1, H, W, b * C]))
+                else:
+                    part = cut(x, f'row{i}', [0, 0, 0, i * b * C], [1, H, W, (i + 1) * b * C],
+                               [1] * 4, [1, H, W, b * C])
+                parts.append(reshape(part, tensor(f'row{i}_wide', [1, H, W * b, C])))
+            reshape(join(parts, 2, tensor('rows', [1, H, b * W * b, C])), y)
         replace_op(g, op, made)
         done += 1
     return done

@@ -273,7 +273,10 @@ def _hoist_binary(g: Graph, c: Operator, p) -> bool:
 
 def _fold_into_fc(g: Graph, t: Operator, p) -> bool:
     """TRANSPOSE -> RESHAPE [1, N] -> FULLY_CONNECTED (constant weight): permute the
-    weight's columns instead (the flatten of an NCHW map after an NHWC kernel)."""
+    weight's columns instead (the flatten of an NCHW map after an NHWC kernel).  Not
+    where export writes the weight back into the file, whose TRANSPOSE stays: an unrolled
+    loop's file (Tensor.origin), a quantized file's `export --quantized` (by name:
+    g.dequantized); its columns permuted there were another model's."""
     b = t.outputs[0]
     rs = consumers(g, b)
     if len(rs) != 1 or rs[0].name != 'RESHAPE' or b in g.outputs:
@@ -284,6 +287,8 @@ def _fold_into_fc(g: Graph, t: Operator, p) -> bool:
             or fcs[0].inputs[0] != r.outputs[0] or not is_const(g, fcs[0].inputs[1]):
         return False
     fc = fcs[0]
+    if g.tensors[fc.inputs[1]].origin is not None or getattr(g, 'dequantized', False):
+        return False
     ashape = g.tensors[t.inputs[0]].shape
     n = int(np.prod(ashape))
     w = g.tensors[fc.inputs[1]]

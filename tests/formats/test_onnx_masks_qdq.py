@@ -425,8 +425,8 @@ def test_reflect_edge_valued_and_negative_pads_are_onnx_runtimes_and_autograds(t
     """F.pad(mode='reflect') (ReflectionPad: ONNX Pad mode reflect, TFLite's MIRROR_PAD),
     mode='replicate' (Pad mode edge), F.pad(value=c) of a nonzero c (PADV2) and negative
     pads (a crop) had been refused ('utrain pads with zeros', 'negative pads (crops) are
-    not supported'): rows mirrored or repeated by slices and a concatenation, SUB c, PAD,
-    ADD c (spellings.pads_to_concat), a STRIDED_SLICE; forward ONNX Runtime's, gradients
+    not supported'): rows mirrored or repeated by slices and a concatenation
+    (spellings.mirror_pads), SUB c, PAD, ADD c (spellings.padv2_to_pad), a STRIDED_SLICE; forward ONNX Runtime's, gradients
     PyTorch autograd's."""
     pytest.importorskip('onnxruntime')
     F = nn.functional

@@ -645,6 +645,62 @@ def test_int8_model_trains_and_exports_requantized(tmp_path):
     assert np.abs(yq - tflm_infer(src, xt)).max() > 3 * step     # it did change
 
 
+def test_int8_flatten_of_a_transposed_map_exports_requantized_as_trained(tmp_path):
+    """An int8 model whose conv map is flattened through a TRANSPOSE (a PyTorch CNN
+    converted NHWC: TRANSPOSE to NCHW, RESHAPE, FC) trains dequantized; `export
+    --quantized` writes the trained weights by name into the int8 file, whose TRANSPOSE
+    is still there: the FC's weight must go back in the file's column order.
+    cancel_transposes had folded the TRANSPOSE into that weight in place (its columns
+    permuted, under its own name), and the exported int8 model answered another model's
+    outputs (off by many output steps from the trained float export)."""
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.target.runner import run
+    rng = np.random.default_rng(3)
+    H, W, C, O = 2, 3, 4, 3
+    wc, w2 = 0.5 * _rand(rng, C, 1, 1, C), 0.3 * _rand(rng, O, C * H * W)
+    x = rng.uniform(-1.2, 1.2, (64, H, W, C)).astype(np.float32)
+    sx, swc, s2 = 1.2 / 127, np.abs(wc).max() / 127, np.abs(w2).max() / 127
+    qc, q2 = np.round(wc / swc).astype(np.int8), np.round(w2 / s2).astype(np.int8)
+    c = x @ (qc[:, 0, 0, :] * swc).T
+    o = c.transpose(0, 3, 1, 2).reshape(len(x), -1) @ (q2 * s2).T
+    sc, so = 1.5 * np.abs(c).max() / 127, 1.5 * np.abs(o).max() / 127
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s: {'scale': [float(s)], 'zero_point': [0]}     # noqa: E731
+    xf, xq = b.tensor('x', [1, H, W, C]), b.tensor('xq', [1, H, W, C], dtype=np.int8, quant=q(sx))
+    b.op('QUANTIZE', [xf], [xq])
+    ct = b.tensor('c', [1, H, W, C], dtype=np.int8, quant=q(sc))
+    b.op('CONV_2D', [xq, b.tensor('wc', [C, 1, 1, C], data=qc, quant=q(swc)),
+                     b.tensor('bc', [C], data=np.zeros(C, np.int32), quant=q(sx * swc))], [ct],
+         padding='VALID', stride_w=1, stride_h=1, fused_activation_function='NONE')
+    t = b.tensor('t', [1, C, H, W], dtype=np.int8, quant=q(sc))
+    b.op('TRANSPOSE', [ct, _perm_const(b, 'perm', [0, 3, 1, 2])], [t])
+    f = b.tensor('f', [1, C * H * W], dtype=np.int8, quant=q(sc))
+    b.op('RESHAPE', [t, _perm_const(b, 'shape', [1, C * H * W])], [f], new_shape=[1, C * H * W])
+    oq = b.tensor('oq', [1, O], dtype=np.int8, quant=q(so))
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', [O, C * H * W], data=q2, quant=q(s2)),
+                             b.tensor('b2', [O], data=np.zeros(O, np.int32), quant=q(sc * s2))],
+         [oq])
+    y = b.tensor('y', [1, O])
+    b.op('DEQUANTIZE', [oq], [y])
+    b.inputs(xf)
+    b.outputs(y)
+    src = b.save(tmp_path / 'q.tflite')
+    np.savez(tmp_path / 'd.npz', x=x[:16], y=np.tanh(o[:16] + 0.5).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
+            batch=4, epochs=2, train='all', dequantize=True, log=lambda *a: None)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    outs = {}
+    for quantized in (False, True):
+        outs[quantized] = os.fspath(tmp_path / f'e{int(quantized)}.tflite')
+        export(src, os.path.join(d, 'trained.wof'), outs[quantized], quantized=quantized)
+    xt = x[16:32]
+    yq, yf = tflm_infer(outs[True], xt), onert_infer(outs[False], xt)
+    assert np.abs(yq - tflm_infer(src, xt)).max() > 4 * so          # (it trained)
+    assert np.abs(yq - yf).max() <= 4 * so, (np.abs(yq - yf).max(), so)
+
+
 def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
     """The rewrites drop a transpose pair ahead of an op utrain cannot train: prepare's
     error names that op by its number in the file (as `inspect` lists it), not by its

@@ -86,6 +86,21 @@ def test_while_trains_one_parameter_per_weight_and_exports_into_the_body(tmp_pat
                                onert_infer(tmp_path / 't.circle', x), rtol=1e-5, atol=1e-6)
 
 
+def test_while_then_a_permuted_flatten_exports_into_the_file_as_trained(tmp_path):
+    """An LSTM(return_sequences) loop -> Permute((2, 1)) -> Flatten -> Dense: the Dense's
+    weight follows the TRANSPOSE, which export writes back with the loop's file as it is
+    (its weights in place): one SGD step of each weight, read from the exported file, is
+    its gradient.  cancel_transposes had folded the TRANSPOSE into the Dense's weight in
+    place (columns permuted), which export then wrote into the file with its TRANSPOSE
+    (the step of 'wo' in another column order)."""
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', seq=True, O=2, permute=True)
+    x = np.random.default_rng(2).standard_normal((8, T, F)).astype(np.float32)
+    np.testing.assert_allclose(onert_infer(src, x), forward(x.astype(np.float64)),
+                               rtol=1e-4, atol=1e-5)
+    step_is_the_gradient(src, forward, tmp_path, ('lstm0/MatMul', 'wo'), x, exported=True)
+    assert [op.name for op in read_model(tmp_path / 'e.tflite').ops].count('WHILE') == 1
+
+
 @pytest.mark.parametrize('kw,said', [
     ({'trip': 'runtime'}, r'op 3 WHILE: its trip count is not known before it runs .*'
                           r'unroll=True .*ONNX'),

@@ -433,7 +433,7 @@ def test_int8_pad_of_a_frozen_branch_after_the_first_trained_layer(tmp_path):
 def test_a_mirror_pad_is_tflms_and_its_step_the_gradient(tmp_path, mode):
     """MIRROR_PAD (tf.pad mode SYMMETRIC / REFLECT) had been refused as an op utrain
     cannot run: spelled as slices of the mirrored rows and a concatenation
-    (spellings.pads_to_concat), utrain's forward is TFLite Micro's and one SGD step of
+    (spellings.mirror_pads), utrain's forward is TFLite Micro's and one SGD step of
     each weight its gradient (finite differences of numpy's np.pad)."""
     rng = np.random.default_rng(0)
     T, C, pads = 4, 3, [[0, 0], [2, 1], [0, 0]]

@@ -1,7 +1,8 @@
 """MIRROR_PAD (tf.pad REFLECT / SYMMETRIC) and DEPTH_TO_SPACE / SPACE_TO_DEPTH (a
 sub-pixel convolution's upsampling) as the TFLite converter writes them (issue 28): they
 were refused ('cannot run or train through yet').  prepare spells them with ops that
-train (GATHERs read as slices and a concatenation; RESHAPE, TRANSPOSE, RESHAPE): utrain's
+train (GATHERs read as slices and a concatenation; channel slices, RESHAPEs and a
+concatenation): utrain's
 forward equals numpy's (np.pad, the block moves written out), float and int8, and a run
 trains and exports."""
 import os

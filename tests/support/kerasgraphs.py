@@ -2104,7 +2104,7 @@ def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
 
 def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='static',
                            body_op=None, bi=False, f16=False, fc_bias=False, cell='lstm',
-                           step_shape=False):
+                           step_shape=False, permute=False):
     """What TFLiteConverter.from_keras_model writes for a Keras LSTM that is not
     unroll=True (TensorFlow 2.21), built here: a WHILE over the loop values (counter,
     step, output buffer, h, c, the time-major sequence [T, 1, F]); its cond subgraph
@@ -2124,8 +2124,9 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
     the loop values); step_shape (with seq): the loop's output buffer given one step's
     shape [1, 1, H] (signature [-1, -1, H]), and so the batch-major TRANSPOSE and the
     BatchNormalization (MUL, ADD) after it, as TensorFlow 2.x wrote a GitHub Keras
-    LSTM(return_sequences) -> BatchNormalization -> Flatten model.  Returns
-    (path, numpy forward)."""
+    LSTM(return_sequences) -> BatchNormalization -> Flatten model; permute (with seq):
+    Permute((2, 1)) before the Flatten (RESHAPE [1, T, H], TRANSPOSE to [1, H, T]).
+    Returns (path, numpy forward)."""
     lstm = cell == 'lstm'
     G = 4 if lstm else 1                # (gates)
     rng = np.random.default_rng(seed)
@@ -2263,8 +2264,13 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
             b.op('RESHAPE', [sh, i32(f'fshape{j}', [-1, T * H])], [f])
             hs.append(f)
         elif seq:
-            f = b.tensor(f'flat{j}', [1, T * H])
-            b.op('RESHAPE', [outs[2], i32(f'fshape{j}', [1, T * H])], [f])
+            f, cur = b.tensor(f'flat{j}', [1, T * H]), outs[2]
+            if permute:                 # (Permute((2, 1)): the steps last)
+                bt, ht = b.tensor(f'batch_major{j}', [1, T, H]), b.tensor(f'permuted{j}', [1, H, T])
+                b.op('RESHAPE', [cur, i32(f'bshape{j}', [1, T, H])], [bt])
+                b.op('TRANSPOSE', [bt, i32(f'perm{j}', [0, 2, 1])], [ht])
+                cur = ht
+            b.op('RESHAPE', [cur, i32(f'fshape{j}', [1, T * H])], [f])
             hs.append(f)
         else:
             hs.append(outs[3])
@@ -2299,7 +2305,9 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
                 c = sig(f_) * c + sig(i_) * np.tanh(g_)
                 h = sig(o_) * np.tanh(c)
                 outs.append(h)
-            feats.append(np.concatenate([o * bn[0] + bn[1] for o in outs], 1) if seq else h)
+            seqs = np.stack([o * bn[0] + bn[1] for o in outs], 1)      # [N, T, H]
+            feats.append((seqs.transpose(0, 2, 1) if permute else seqs).reshape(len(xs), -1)
+                         if seq else h)
         return np.concatenate(feats, 1) @ p.get('wo', wo).T + p.get('bo', bo)
     return os.fspath(path), forward
 
