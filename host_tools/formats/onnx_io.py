@@ -266,6 +266,143 @@ def _qoperator_to_qdq(graph) -> int:
     return done
 
 
+_DYN_KEY = 'utrain.dynamic_weights'
+
+
+def _dynamic_to_float(graph) -> dict:
+    """A model of onnxruntime's quantize_dynamic written in graph, in place, as the float
+    model it was made of: each ConvInteger / MatMulInteger of a DynamicQuantizeLinear'd
+    activation (the activation quantized at run time) and an int8 / uint8 weight,
+    followed by its Cast to float and Mul by the product of the two scales, becomes
+    the float Conv / MatMul of the activation and the weight's DequantizeLinear (at the
+    scale that product takes from the file); the DynamicQuantizeLinear and the scales'
+    Mul, read by nothing then, go.  (A MatMulInteger of two such activations: their
+    MatMul.)  An integer op not in that pattern is left as it is (the reader refuses it).
+    Returns (how many integer ops, {weight initializer: (its scale initializer, its zero
+    point initializer or '')}: export writes a moved weight back at scales recomputed as
+    quantize_dynamic computes them, _requantized)."""
+    from onnx import helper
+    inits = {t.name: t for t in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+    readers = {}
+    for n in graph.node:
+        for v in n.input:
+            readers.setdefault(v, []).append(n)
+
+    def only(v, op, **at):
+        r = readers.get(v, [])
+        if len(r) != 1 or r[0].op_type != op or any(
+                _attrs(r[0]).get(k) != w for k, w in at.items()):
+            return None
+        return r[0]
+
+    weights, drop, before, done = {}, set(), {}, 0
+    for node in list(graph.node):
+        if node.op_type not in ('ConvInteger', 'MatMulInteger') or \
+                node.domain not in ('', 'ai.onnx'):
+            continue
+        ins = list(node.input) + [''] * (4 - len(node.input))
+        cast = only(node.output[0], 'Cast', to=1)
+        mul = cast and only(cast.output[0], 'Mul')
+        if mul is None:
+            continue
+        s = [v for v in mul.input if v != cast.output[0]]
+        smul = made.get(s[0]) if len(s) == 1 else None
+        if smul is None or smul.op_type != 'Mul':
+            continue
+        sides, scales = [], list(smul.input)
+        for v, zp in ((ins[0], ins[2]), (ins[1], ins[3])):
+            d = made.get(v)
+            if d is not None and d.op_type == 'DynamicQuantizeLinear' and d.output[0] == v \
+                    and zp in ('', d.output[2]) and d.output[1] in scales:
+                scales.remove(d.output[1])
+                sides.append(('act', d.input[0], None))
+            elif v in inits and inits[v].data_type in (2, 3):      # (uint8, int8)
+                sides.append(('w', v, zp))
+            else:
+                break
+        ws = [sd for sd in sides if sd[0] == 'w']
+        if len(sides) != 2 or len(ws) > 1 or len(scales) != len(ws) or \
+                any(v not in inits for v in scales) or \
+                any(zp and zp not in inits for _, _, zp in ws):
+            continue
+        new = []
+        for kind, v, zp in sides:
+            if kind == 'act':
+                new.append(v)
+                continue
+            sc = scales[0]
+            ssz = int(np.prod(inits[sc].dims)) if inits[sc].dims else 1
+            if len(inits[sc].dims) > 1:
+                break           # (a scale shaped to broadcast: left to the refusal)
+            axis = {} if ssz == 1 else {
+                'axis': 0 if node.op_type == 'ConvInteger' else len(inits[v].dims) - 1}
+            y = f'{v}/dequantized'
+            if y not in made:
+                before.setdefault(id(node), []).append(helper.make_node(
+                    'DequantizeLinear', [v, sc] + ([zp] if zp else []), [y], name=y, **axis))
+                made[y] = before[id(node)][-1]
+            weights[v] = (sc, zp)
+            new.append(y)
+        else:
+            node.op_type = 'Conv' if node.op_type == 'ConvInteger' else 'MatMul'
+            del node.input[:]
+            node.input.extend(new)
+            node.output[0] = mul.output[0]
+            drop.update((id(cast), id(mul)))
+            done += 1
+    if not done:
+        return 0, {}
+    nodes = []
+    for n in graph.node:
+        if id(n) not in drop:
+            nodes.extend(before.get(id(n), []) + [n])
+    while True:     # (the DynamicQuantizeLinears and the scales' Muls no node reads now)
+        read = {v for n in nodes for v in n.input} | {o.name for o in graph.output}
+        dead = [n for n in nodes if n.op_type in ('DynamicQuantizeLinear', 'Mul')
+                and not any(o in read for o in n.output)]
+        if not dead:
+            break
+        nodes = [n for n in nodes if n not in dead]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return done, weights
+
+
+def _requantized(w, q0, zp0, axis):
+    """The float weight w quantized as onnxruntime's quantize_dynamic quantizes a weight
+    of the file's type, scheme and channels: the file's integer weight q0 and zero point
+    zp0 (its scale and zero point along axis where they are per channel, else None) tell
+    int8 or uint8, symmetric (zero point 0, or 128 for uint8) or not, and reduced range
+    (the file's integers within [-64, 64], [0, 127]).  Returns (q, scale, zero point),
+    the scale and zero point as the file's (one, or one per channel)."""
+    q0, zp0 = np.asarray(q0), np.asarray(zp0)
+    info = np.iinfo(q0.dtype)
+    sym = bool(np.all(zp0 == (0 if info.min < 0 else 128)))
+    reduced = bool(np.all(q0 >= -64) and np.all(q0 <= 64)) if info.min < 0 else \
+        bool(np.all(q0 <= 127))
+    if reduced:
+        qmin, qmax = (-64, 64) if info.min < 0 else (0, 127)
+    else:
+        qmin, qmax = (-127, 127) if sym and info.min < 0 else (info.min, info.max)
+    w = np.asarray(w, np.float64)
+    red = tuple(a for a in range(w.ndim) if a != axis) if axis is not None else None
+    rmin = np.minimum(w.min(axis=red, keepdims=True), 0)
+    rmax = np.maximum(w.max(axis=red, keepdims=True), 0)
+    if sym:
+        rmax = np.maximum(-rmin, rmax)
+        rmin = -rmax
+    scale = ((rmax - rmin) / (qmax - qmin)).astype(np.float32).astype(np.float64)
+    tiny = scale < np.finfo(np.float32).tiny
+    scale = np.where(tiny, 1.0, scale)
+    zp = np.round((qmin + qmax) / 2.0) * np.ones_like(scale) if sym else \
+        np.round(qmin - rmin / scale)
+    zp = np.where(tiny, 0, zp)
+    q = np.clip(np.round(w / scale) + zp, qmin, qmax)
+    return q.astype(q0.dtype), scale.reshape(-1 if axis is not None else ()), \
+        zp.reshape(-1 if axis is not None else ()).astype(q0.dtype)
+
+
 class _Node:
     """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
     op_type = ''
@@ -289,10 +426,13 @@ SUPPORTED = sorted({
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 _QUANTIZED = ('an op of a model quantized by onnxruntime.quantization that utrain does not '
-              'read: quantize_dynamic\'s (its activations quantized at run time: '
-              'DynamicQuantizeLinear, MatMulInteger, ConvInteger), or a QOperator op other '
-              'than ' + ', '.join(sorted(_QOPS) + ['QLinearConcat']) + ': '
-              'quantize_static (QDQ or QOperator) trains (dequantized), or give utrain the '
+              'read: a QOperator op other than ' + ', '.join(sorted(_QOPS) + ['QLinearConcat'])
+              + ', or an integer op of quantize_dynamic\'s outside its pattern (utrain reads '
+              'a ConvInteger / MatMulInteger of a DynamicQuantizeLinear\'d activation and an '
+              'int8 / uint8 weight, Cast to float, times the product of their scales; not '
+              'an ONNX Runtime optimizer\'s fused DynamicQuantizeMatMul or MatMulIntegerToFloat): '
+              'quantize_static (QDQ or QOperator) and quantize_dynamic train (dequantized) '
+              'as onnxruntime.quantization writes them, or give utrain the '
               'float model from before quantizing it (quantize the exported model again '
               'after), or a full-integer .tflite for int8 training')
 _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
@@ -536,6 +676,10 @@ class _Reader(RecurrentOps):
         self.consumers: dict[str, list] = {}
         # a QDQ model's: activations a QuantizeLinear made, int weights dequantized
         self.quantized, self.qdq_weights = set(), 0
+        # a quantize_dynamic model's: (integer ops, {int weight: (scale, zero point)})
+        import json
+        self.dynamic = next((json.loads(p.value) for p in model.metadata_props
+                             if p.key == _DYN_KEY), (0, {}))
         self.left: dict = {}        # outputs of the node read that it leaves out -> why
         self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
@@ -804,6 +948,7 @@ class _Reader(RecurrentOps):
         gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
         gr.onnx_qop = next((int(p.value) for p in self.model.metadata_props
                             if p.key == _QOP_KEY), 0)     # (QOperator ops read as QDQ)
+        gr.onnx_dynamic = self.dynamic[0]   # (quantize_dynamic's integer ops read as float)
         # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
         # 'output_probability': the probabilities it wraps): --output takes them too (it
         # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
@@ -909,9 +1054,12 @@ class _Reader(RecurrentOps):
                 # at the file's scales (rounded, clipped to its type)
                 q = np.iinfo(np.asarray(self.const[src]).dtype)
                 zp = self.const[ins[2]] if len(ins) > 2 and ins[2] else 0
+                # (a quantize_dynamic model's: the names of its scale and zero point,
+                # which export recomputes for a moved weight)
                 self.reshaped[node.output[0]] = (src, [('dq', np.asarray(self.const[ins[1]]),
                                                         np.asarray(zp), int(a.get('axis', 1)),
-                                                        q.min, q.max)])
+                                                        q.min, q.max)
+                                                       + tuple(self.dynamic[1].get(src, ()))])
                 self.qdq_weights += 1
                 return
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
@@ -2874,6 +3022,7 @@ def load(path):
                                 'not a valid ONNX model (no graph nodes)') + AGAIN)
     _check_defined(path, model)
     qops = _qoperator_to_qdq(model.graph)
+    dyn = _dynamic_to_float(model.graph)
     inits = {t.name for t in model.graph.initializer}
     n = fixed_batch(model)
     for vi in model.graph.input:          # a symbolic batch dimension is 1
@@ -2904,6 +3053,9 @@ def load(path):
         raise ModelError(path, f'ONNX shape inference failed: {e}') from None
     if qops:        # (_Reader: prepare says the model trains dequantized)
         inferred.metadata_props.add(key=_QOP_KEY, value=str(qops))
+    if dyn[0]:      # (_Reader: the weights' scales, which export recomputes)
+        import json
+        inferred.metadata_props.add(key=_DYN_KEY, value=json.dumps(dyn))
     return model, inferred
 
 
@@ -3094,6 +3246,19 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
             _, init, steps = o
             check(name, apply_steps(vals[init], steps).astype(np.float32))
             w = w.reshape(start[name].shape) if name in start else w
+            s0 = steps[0] if steps else ('',)
+            if s0[0] == 'dq' and len(s0) > 6 and name in start and \
+                    not np.array_equal(np.asarray(start[name], np.float64), w):
+                # a quantize_dynamic model's moved weight: at scales recomputed as its
+                # quantizer computes them (the file's kept where the weight did not move)
+                sc, zp = s0[6], s0[7]
+                axis = s0[3] % vals[init].ndim if np.size(s0[1]) > 1 else None
+                q, new[sc], z = _requantized(invert_steps(w, steps[1:]),
+                                             numpy_helper.to_array(inits[init]), s0[2], axis)
+                new[init] = q
+                if zp:
+                    new[zp] = z
+                continue
             if steps and steps[0][0] == 'part':
                 full = np.array(new.get(init, vals[init]), np.float64).reshape(-1)
                 full[steps[0][1]:steps[0][2]] = invert_steps(w, steps[1:]).reshape(-1)

@@ -1,0 +1,157 @@
+"""ONNX refusals lifted in session 32 (issue 28, 'no arbitrary limits where the model is
+valid'): a model of onnxruntime's quantize_dynamic (DynamicQuantizeLinear, ConvInteger /
+MatMulInteger, Cast, Mul by the scales' product) trains dequantized and exports into
+its integer ops.  Forward against ONNX Runtime, gradients against PyTorch autograd,
+export re-run in ONNX Runtime."""
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+nn = torch.nn
+F32 = np.float32
+
+
+class DynNet(nn.Module):
+    """Conv + ReLU, MaxPool, Flatten, then x @ W + b twice (MatMul + Add: quantize_dynamic
+    quantizes Conv and MatMul, not Gemm)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(2, 4, 3, padding=1)
+        self.w1 = nn.Parameter(torch.randn(36, 6) * 0.2)
+        self.b1 = nn.Parameter(torch.randn(6) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(6, 3) * 0.4)
+        self.b2 = nn.Parameter(torch.randn(3) * 0.1)
+
+    def forward(self, x):
+        h = torch.flatten(nn.functional.max_pool2d(torch.relu(self.c(x)), 2), 1)
+        return torch.relu(h @ self.w1 + self.b1) @ self.w2 + self.b2
+
+
+def _dequantized(q, w):
+    """The float value of quantize_dynamic's weight w (its '_quantized' initializer) in
+    q's initializers: (q - zero point) * scale, per tensor or per column (MatMul's)."""
+    v, sc, zp = (q[w + k] for k in ('_quantized', '_scale', '_zero_point'))
+    if sc.size > 1:
+        sc, zp = sc.reshape(1, -1), zp.reshape(1, -1)
+    return ((v.astype(np.float64) - zp) * sc).astype(F32)
+
+
+@pytest.mark.parametrize('wtype,per_channel', [('QInt8', False), ('QUInt8', True)])
+def test_quantize_dynamic_model_trains_dequantized_and_exports_its_integers(
+        tmp_path, wtype, per_channel):
+    """quantize_dynamic's model had been refused ('an op of a model quantized by
+    onnxruntime.quantization that utrain does not read: quantize_dynamic's').  Its integer
+    ops read as the float Conv / MatMul of the activation and the weight dequantized:
+    prepare says so; utrain's forward is the float model's with the file's weights
+    dequantized (PyTorch's, and ONNX Runtime's run of the quantized file within its
+    activations' rounding), the gradients PyTorch autograd's; one epoch of SGD, exported,
+    writes each moved weight in the file's type at a scale recomputed from it (per channel
+    where the file's are), the ops as they were, and ONNX Runtime runs it as utrain's
+    trained forward within that rounding."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    torch.manual_seed(4)
+    net = DynNet().eval()
+    fp = os.fspath(tmp_path / 'f.onnx')
+    torch.onnx.export(net, (torch.zeros(1, 2, 6, 6),), fp, dynamo=False, input_names=['x'])
+    src = os.fspath(tmp_path / 'q.onnx')
+    quantize_dynamic(fp, src, weight_type=getattr(QuantType, wtype), per_channel=per_channel)
+    qm = onnx.load(src)
+    ops = [n.op_type for n in qm.graph.node]
+    assert {'DynamicQuantizeLinear', 'ConvInteger', 'MatMulInteger'} <= set(ops), ops
+    q = {t.name: numpy_helper.to_array(t) for t in qm.graph.initializer}
+    with torch.no_grad():      # (the float model with the file's weights dequantized)
+        for name, p in net.named_parameters():
+            if name + '_quantized' in q:
+                p.copy_(torch.tensor(_dequantized(q, name).reshape(p.shape)))
+    rng = np.random.default_rng(0)
+    xs = rng.random((8, 2, 6, 6)).astype(F32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 8))
+    said, out = [], tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+            from_logits=True, lr=0.5, epochs=1, backend='fallback',
+            log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert any('quantize_dynamic' in s and 'dequantized' in s for s in said), said
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    import json
+    with open(out / 'prepare.json') as f:      # (the NCHW input read as NHWC)
+        perm = json.load(f).get('input_perm') or [0, 1, 2, 3]
+    x = xs[:1]
+    tr.set_input(x.transpose(perm))
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    ref = net(torch.tensor(x))
+    np.testing.assert_allclose(y, ref.detach().numpy().ravel(), rtol=1e-5, atol=1e-5)
+    qs = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    assert np.abs(y - qs.run(None, {'x': x})[0].ravel()).max() < 0.05 * np.abs(y).max()
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (ref * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        assert any(np.allclose(np.sort(g), np.sort(p.grad.numpy().ravel()), rtol=1e-4,
+                               atol=1e-6) for p in params if p.numel() == g.size), (k, g)
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'out.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    dm = onnx.load(dst)
+    b = {t.name: numpy_helper.to_array(t) for t in dm.graph.initializer}
+    assert [n.op_type for n in dm.graph.node] == ops
+    assert all(b[n].dtype == q[n].dtype and b[n].shape == q[n].shape for n in q)
+    moved = [n for n in q if n.endswith('_quantized') and not np.array_equal(q[n], b[n])]
+    rescaled = [n for n in q if n.endswith('_scale') and not np.array_equal(q[n], b[n])]
+    assert len(moved) == 3 and len(rescaled) == 3, (moved, rescaled)
+    for n in moved:     # (the whole range at the new scale, as quantize_dynamic writes it)
+        cols = b[n[:-len('_quantized')] + '_scale'].size > 1      # (MatMul's, per channel)
+        assert cols == (per_channel and b[n].ndim == 2)
+        v = b[n].reshape(-1, b[n].shape[-1]) if cols else b[n].reshape(-1, 1)
+        assert np.all(np.abs(v).max(0) == 127) if wtype == 'QInt8' else \
+            np.all((v.min(0) == 0) | (v.max(0) == 255)), (n, v)
+    trained = new_trainer(out / 'model.flat', out / 'trained.wof')
+    got = np.concatenate([ort.InferenceSession(dst, providers=['CPUExecutionProvider'])
+                          .run(None, {'x': x[None]})[0] for x in xs])
+    want = np.stack([np.array(trained.predict(np.ascontiguousarray(x[None].transpose(perm))),
+                              np.float64).ravel() for x in xs])
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max(), (got, want)
+
+
+@pytest.mark.parametrize('dtype,sym,axis', [(np.int8, True, None), (np.uint8, False, 1),
+                                            (np.uint8, False, None), (np.int8, True, 0)])
+def test_requantized_is_quantize_dynamics_weight(dtype, sym, axis):
+    """export's _requantized of a moved weight is onnxruntime's own quantization of it
+    (quant_utils.quantize_data, per tensor or per channel), the scheme read from the
+    file's integers and zero point."""
+    pytest.importorskip('onnxruntime')
+    from onnx import TensorProto
+    from onnxruntime.quantization.quant_utils import quantize_data
+    from host_tools.formats.onnx_io import _requantized
+    rng = np.random.default_rng(1)
+    w0, w = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 4)) * 1.5 + 0.3
+    qt = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
+
+    def ort(v):
+        if axis is None:
+            zp, sc, q = quantize_data(v.astype(F32).ravel(), qt, sym)
+            return q.reshape(v.shape), np.asarray(sc), np.asarray(zp)
+        parts = [quantize_data(np.take(v, c, axis).astype(F32).ravel(), qt, sym)
+                 for c in range(v.shape[axis])]
+        q = np.stack([p[2].reshape(np.take(v, 0, axis).shape) for p in parts], axis)
+        return q, np.array([p[1] for p in parts]), np.array([p[0] for p in parts])
+    q0, _, zp0 = ort(w0)
+    q, sc, zp = _requantized(w, q0.astype(dtype), zp0.astype(dtype), axis)
+    wq, wsc, wzp = ort(w)
+    np.testing.assert_array_equal(q, wq)
+    np.testing.assert_allclose(sc, wsc.reshape(sc.shape), rtol=1e-6)
+    np.testing.assert_array_equal(zp, wzp.reshape(zp.shape))
