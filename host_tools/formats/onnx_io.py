@@ -1844,16 +1844,20 @@ class _Reader(RecurrentOps):
         return Wt, pre, a, r
 
     def _conv3d(self, node, ins, a):
-        """A 3-D Conv (torch.nn.Conv3d, group 1): the [N, C, D, H, W] input TRANSPOSEd to
-        [N, D, H, W, C], a CONV_3D of weight [kd, kh, kw, C, O] (TFLite's; prepare spells it
+        """A 3-D Conv (torch.nn.Conv3d, grouped too): the [N, C, D, H, W] input TRANSPOSEd to
+        [N, D, H, W, C], a CONV_3D of weight [kd, kh, kw, C / group, O] (TFLite's; prepare spells it
         with a CONV_2D per output frame and depth tap: spellings.conv3d_to_conv2d, which
         takes ONNX's pads, op.pads3d), its output TRANSPOSEd back."""
         Wt = np.asarray(self.const[ins[1]])
         O, IG, kd, kh, kw = Wt.shape
         N, C, D, H, W = self.oshape(ins[0])
-        if int(a.get('group', 1)) != 1 or IG != C:
-            self.err(f'group {a.get("group", 1)} of a 3-D convolution (weight '
-                     f'{list(Wt.shape)}, {C} input channels): utrain takes group 1 only')
+        grp = int(a.get('group', 1))
+        if grp < 1 or C % grp or IG * grp != C or O % grp:
+            # (grouped: each depth tap's CONV_2D a grouped one, [O, kh, kw, C / group],
+            # which prepare splits into groups: groups.split_groups)
+            self.err(f'group {grp} with {C} input channels and a weight of shape '
+                     f'{list(Wt.shape)}: a group convolution wants [out, channels / group, '
+                     'kd, kh, kw] with out and channels multiples of group')
         k, st = (kd, kh, kw), [int(v) for v in a.get('strides', [1, 1, 1])]
         dl = [int(v) for v in a.get('dilations', [1, 1, 1])]
         ap = a.get('auto_pad', 'NOTSET')
@@ -1884,6 +1888,58 @@ class _Reader(RecurrentOps):
                        dilation_h_factor=dl[1], dilation_w_factor=dl[2],
                        fused_activation_function='NONE')
         op.pads3d = pads
+        self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
+                  [self.out(node.output[0], 'plain')])
+
+    def _conv3d_transpose(self, node, ins, a):
+        """A 3-D ConvTranspose (torch.nn.ConvTranspose3d, group 1, no dilation): the
+        [N, C, D, H, W] input TRANSPOSEd to [N, D, H, W, C], TFLite's CONV_3D_TRANSPOSE of
+        weight [kd, kh, kw, O, C] to the output's size (prepare spells it with a
+        TRANSPOSE_CONV per input frame and depth tap: spellings.conv3d_transpose_to_2d,
+        which takes the pads' begin, op.tpads3d: ONNX output frame j is the full transposed
+        convolution's j + begin, zeros past its end: output_padding), its output TRANSPOSEd
+        back."""
+        Wt = np.asarray(self.const[ins[1]])
+        I, O, kd, kh, kw = Wt.shape
+        N, C, D, H, W = self.oshape(ins[0])
+        if int(a.get('group', 1)) != 1 or I != C:
+            self.err(f'group {a.get("group", 1)} with {C} input channels and a weight of '
+                     f'shape {list(Wt.shape)}: utrain runs ungrouped transposed convolutions')
+        if any(int(d) != 1 for d in a.get('dilations', [1, 1, 1])):
+            self.err('dilated transposed convolution is not supported')
+        k, st = (kd, kh, kw), [int(v) for v in a.get('strides', [1, 1, 1])]
+        op_ = [int(v) for v in a.get('output_padding', [0, 0, 0])]
+        ap = a.get('auto_pad', 'NOTSET')
+        full = [(n - 1) * s_ + k_ + p for n, s_, k_, p in zip((D, H, W), st, k, op_)]
+        if 'output_shape' in a or ap in ('SAME_UPPER', 'SAME_LOWER'):
+            outs = [int(v) for v in a['output_shape']][-3:] if 'output_shape' in a else \
+                [n * s_ for n, s_ in zip((D, H, W), st)]
+            begin = [(f - o) // 2 if ap == 'SAME_UPPER' else (f - o) - (f - o) // 2
+                     for f, o in zip(full, outs)]
+        else:
+            p = [0] * 6 if ap == 'VALID' else [int(v) for v in a.get('pads', [0] * 6)]
+            begin, outs = p[:3], [f - p[j] - p[j + 3] for j, f in enumerate(full)]
+        if min(begin) < 0 or min(outs) < 1:
+            self.err(f'pads {a.get("pads")} / output_shape {a.get("output_shape")} give an '
+                     'output TFLite cannot compute')
+        self.shape[node.output[0]] = [N, O] + outs
+        x = self.tensor(ins[0] + '/ndhwc', [N, D, H, W, C])
+        self.emit('TRANSPOSE', [self.get(ins[0], 'plain'),
+                                self.perm_const(ins[0], (0, 2, 3, 4, 1))], [x])
+        steps = [('T', (2, 3, 4, 1, 0))]
+        wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
+                               ins[1] if ins[1] in self.inits else None, steps)
+        bk = -1
+        if len(ins) > 2 and ins[2]:
+            bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
+                                   ins[2] if ins[2] in self.inits else None)
+        y = self.tensor(node.output[0] + '/ndhwc', [N] + outs + [O])
+        shp = self.tensor(node.output[0] + '/shape', [5], np.array([N] + outs + [O], np.int32))
+        op = self.emit('CONV_3D_TRANSPOSE', [shp, wk, x, bk], [y], padding='VALID',
+                       stride_d=st[0], stride_h=st[1], stride_w=st[2], dilation_d_factor=1,
+                       dilation_h_factor=1, dilation_w_factor=1,
+                       fused_activation_function='NONE')
+        op.tpads3d = begin
         self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
                   [self.out(node.output[0], 'plain')])
 
@@ -1929,6 +1985,9 @@ class _Reader(RecurrentOps):
         (rows past its end zero, output_padding): TFLite's VALID (offset 0) or SAME
         (offset its own) where the pads are those, else VALID to the output's size plus
         the pads begin, cut by a STRIDED_SLICE."""
+        if ins[1] in self.const and np.ndim(self.const[ins[1]]) == 5 and \
+                len(self.oshape(ins[0])) == 5:
+            return self._conv3d_transpose(node, ins, a)
         Wt, pre, a, r = self._conv_weight(ins, a, 'transposed convolutions')
         if r == 3:                        # ConvTranspose1d: [I, O, K] as [I, O, 1, K]
             for k in ('output_padding', 'output_shape'):
@@ -3170,21 +3229,24 @@ def _taps_back(trained, start, origin, vals) -> None:
     at the start: ModelError, as export_onnx's check)."""
     taps = {}
     for name in list(trained):
-        m = re.fullmatch(r'(.+)/tap(\d+)', name)
+        m = re.fullmatch(r'(.+)/(t?tap)(\d+)', name)
         if m and m.group(1) not in trained and (origin.get(m.group(1)) or ('',))[0] == 'plain':
-            taps.setdefault(m.group(1), {})[int(m.group(2))] = trained.pop(name)
-    for w, got in taps.items():
+            taps.setdefault((m.group(1), m.group(2)), {})[int(m.group(3))] = trained.pop(name)
+    for (w, kind), got in taps.items():
         _, init, steps = origin[w]
         full = apply_steps(vals[init], steps)
+        # (a CONV_3D's W [kd, kh, kw, C, O]: tap [O, kh, kw, C]; a CONV_3D_TRANSPOSE's
+        # [kd, kh, kw, O, C], spellings.conv3d_transpose_to_2d: 'ttap' [O, kh, kw, C])
+        perm = (3, 0, 1, 2) if kind == 'tap' else (2, 0, 1, 3)
         for i, v in got.items():
-            t0 = start.get(f'{w}/tap{i}')
-            if t0 is not None and not np.allclose(t0, full[i].transpose(3, 0, 1, 2),
+            t0 = start.get(f'{w}/{kind}{i}')
+            if t0 is not None and not np.allclose(t0, full[i].transpose(perm),
                                                   rtol=1e-5, atol=1e-6):
                 raise ModelError(w, f'tap {i} of the prepared model is not what the ONNX '
                                  'reader makes of its initializer; export cannot write it back')
-            full[i] = np.asarray(v, np.float64).reshape(t0.shape if t0 is not None else
-                                                        full[i].transpose(3, 0, 1, 2).shape
-                                                        ).transpose(1, 2, 3, 0)
+            full[i] = np.asarray(v, np.float64).reshape(
+                t0.shape if t0 is not None else full[i].transpose(perm).shape
+            ).transpose(np.argsort(perm))
         trained[w] = full
 
 

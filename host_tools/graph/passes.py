@@ -90,9 +90,11 @@ def validate(g: Graph):
                                f'fused op), {UNSUPPORTED}: convert it to the ops of its steps: '
                                + UNROLL)
         if op.name in ('CONV_3D', 'CONV_3D_TRANSPOSE'):
-            raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras Conv3D), '
+            raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras '
+                               f'{"Conv3D" if op.name == "CONV_3D" else "Conv3DTranspose"}), '
                                f'{UNSUPPORTED} as it is (prepare spells a float CONV_3D '
-                               'with CONV_2Ds, unless --no-rewrite): ' + CONV3D_HINT)
+                               'with CONV_2Ds and a float CONV_3D_TRANSPOSE without dilation '
+                               'with TRANSPOSE_CONVs, unless --no-rewrite): ' + CONV3D_HINT)
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '

@@ -1,8 +1,9 @@
 """ONNX refusals lifted in session 32 (issue 28, 'no arbitrary limits where the model is
 valid'): a model of onnxruntime's quantize_dynamic (DynamicQuantizeLinear, ConvInteger /
 MatMulInteger, Cast, Mul by the scales' product) trains dequantized and exports into
-its integer ops.  Forward against ONNX Runtime, gradients against PyTorch autograd,
-export re-run in ONNX Runtime."""
+its integer ops; nn.ConvTranspose3d (CONV_3D_TRANSPOSE) and a grouped nn.Conv3d train and
+export into their weights.  Forward against ONNX Runtime, gradients against PyTorch
+autograd, export re-run in ONNX Runtime."""
 import os
 
 import numpy as np
@@ -155,3 +156,97 @@ def test_requantized_is_quantize_dynamics_weight(dtype, sym, axis):
     np.testing.assert_array_equal(q, wq)
     np.testing.assert_allclose(sc, wsc.reshape(sc.shape), rtol=1e-6)
     np.testing.assert_array_equal(zp, wzp.reshape(zp.shape))
+
+
+def _onnx_3d_trains_and_exports(tmp_path, conv, shape, taps):
+    """conv (a 3-D torch layer) -> ReLU -> Flatten -> Linear through torch.onnx: utrain's
+    forward is ONNX Runtime's, each depth tap's gradient (taps: its IR name -> the
+    torch weight's slice as utrain lays it out) PyTorch autograd's, and export puts the
+    taps back into the weight: ONNX Runtime runs the exported file as utrain runs the
+    trained weights."""
+    ort = pytest.importorskip('onnxruntime')
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    n = conv(torch.zeros(shape)).numel()
+    net = nn.Sequential(conv, nn.ReLU(), nn.Flatten(), nn.Linear(n, 2)).eval()
+    src = os.fspath(tmp_path / 'c.onnx')
+    torch.onnx.export(net, (torch.zeros(shape),), src, dynamo=False, input_names=['x'])
+    rng = np.random.default_rng(1)
+    xs = rng.normal(size=(4,) + shape[1:]).astype(F32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.normal(size=(4, 2)).astype(F32))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse', train='all',
+            lr=0.1, epochs=1, backend='fallback', log=lambda *a, **k: None)
+    g = read_model(os.fspath(out / 'rewritten.circle'))
+    names = {t.index: t.name for t in g.tensors}
+    assert not {'CONV_3D', 'CONV_3D_TRANSPOSE'} & {o.name for o in g.ops}
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    x = xs[:1]
+    tr.set_input(x.transpose(0, 2, 3, 4, 1))    # (prepare.json's input_perm: NDHWC)
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(y, sess.run(None, {'x': x})[0].ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.7, -1.3]], F32)
+    tr.net.backward(dy)
+    (net(torch.tensor(x)) * torch.tensor(dy)).sum().backward()
+    want = {'0.bias': conv.bias.grad.numpy(), '3.weight': net[3].weight.grad.numpy(),
+            '3.bias': net[3].bias.grad.numpy()}
+    want.update(taps(conv.weight.grad))
+    got = {}
+    for t in tr.net.trainable:
+        v = np.asarray(tr.net.sink.acc[t], np.float64)
+        base = names[t].split('/group')[0]      # (a grouped tap's parts: split_groups')
+        got.setdefault(base, []).append(v)
+    assert set(got) == set(want), (sorted(got), sorted(want))
+    for name, w in want.items():
+        parts = got[name]
+        v = parts[0] if len(parts) == 1 else np.concatenate(
+            [p.reshape(-1, *w.shape[1:]) if p.size != w.size else p for p in parts])
+        np.testing.assert_allclose(np.sort(v.ravel()), np.sort(w.ravel()), rtol=1e-4,
+                                   atol=1e-6, err_msg=name)
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'e.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    trained = new_trainer(out / 'model.flat', out / 'trained.wof')
+    trained.set_input(x.transpose(0, 2, 3, 4, 1))
+    trained.net.forward(False)
+    np.testing.assert_allclose(
+        ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': x})[0]
+        .ravel(), np.array(trained.net.output(), np.float64).ravel(), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(sess.run(None, {'x': x})[0], np.array(trained.net.output()))
+
+
+@pytest.mark.parametrize('k, stride, pad, opad', [(3, 1, 1, 0), ((2, 3, 2), (2, 1, 2), (0, 1, 1), 0),
+                                                  ((1, 2, 2), (3, 2, 2), 0, (2, 1, 0))])
+def test_a_conv_transpose3d_trains_as_transpose_convs_and_exports_into_its_weight(
+        tmp_path, k, stride, pad, opad):
+    """nn.ConvTranspose3d through torch.onnx (a ConvTranspose of three spatial dimensions)
+    had been refused ('utrain runs 1-D and 2-D transposed convolutions only').  The reader
+    writes TFLite's CONV_3D_TRANSPOSE between TRANSPOSEs (ONNX's pads' begin kept), which
+    prepare spells as a TRANSPOSE_CONV per input frame and depth tap
+    (spellings.conv3d_transpose_to_2d; frames no tap reaches, stride 3 over 1 tap, the
+    bias alone; output_padding's trailing rows)."""
+    torch.manual_seed(0)
+    conv = nn.ConvTranspose3d(2, 3, k, stride=stride, padding=pad, output_padding=opad)
+    # (weight [C, O, kd, kh, kw]: tap i is utrain's [O, kh, kw, C])
+    _onnx_3d_trains_and_exports(tmp_path, conv, (1, 2, 2, 3, 3), lambda g: {
+        f'0.weight/ttap{i}': g[:, :, i].numpy().transpose(1, 2, 3, 0)
+        for i in range(conv.weight.shape[2])})
+
+
+@pytest.mark.parametrize('cin, cout, groups', [(4, 6, 2), (3, 6, 3)])
+def test_a_grouped_conv3d_trains_as_grouped_conv2ds_and_exports_into_its_weight(
+        tmp_path, cin, cout, groups):
+    """nn.Conv3d(groups > 1) through torch.onnx had been refused ('utrain takes group 1
+    only'): each depth tap is a grouped CONV_2D (split into groups, or a depthwise one
+    where a group is one channel) of the tap's [O, kh, kw, C / group] slice."""
+    torch.manual_seed(0)
+    conv = nn.Conv3d(cin, cout, (2, 3, 3), padding=(0, 1, 1), groups=groups)
+    _onnx_3d_trains_and_exports(tmp_path, conv, (1, cin, 3, 4, 4), lambda g: {
+        f'0.weight/tap{i}': g[:, :, i].numpy().transpose(0, 2, 3, 1)
+        for i in range(conv.weight.shape[2])})
