@@ -1427,6 +1427,12 @@ class _Reader(RecurrentOps):
         self._unary_chain(node, ins, build)
 
     def op_Pow(self, node, ins, a, i):
+        if ins[1] not in self.const:
+            # an activation exponent (x ** y, c ** y): POW of the two, which prepare spells
+            # as EXP(y LOG x) (spellings.elementwise_forms: pow where x > 0)
+            xs, lay, out_shape = self._operands(node, ins)
+            self.emit('POW', xs, [self.out(node.output[0], lay, out_shape)])
+            return
         e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
         if e.size != 1 or float(e[0]) == 0.0 or not np.isfinite(e[0]):
             self.err(f'exponent {e.tolist()}: utrain takes one nonzero constant exponent')

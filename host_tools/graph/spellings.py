@@ -619,6 +619,31 @@ def _pow_steps(g: Graph, x: int, e: float, name: str) -> list:
     return steps or [('MUL', [x, const('one', 1.0)], NO_ACTIVATION, None)]
 
 
+def _pow_of_activation(g: Graph, op: Operator) -> bool:
+    """POW(x, y) of an activation exponent y spelled: c ** y of a constant base c > 0 as
+    EXP(y * ln c) (ln c a frozen constant); x ** y of an activation base as EXP(y *
+    LOG(x)).  Both are TFLite's and ONNX's pow, value and gradient (dy: y x**(y-1), and
+    x**y ln x), where the base is positive, and where x = 0 and y != 0 (0, or inf); where
+    x < 0 (pow: NaN for a fractional y, and no gradient in y for a whole one) or x = y = 0
+    they give NaN, which stops a training run as diverged.  A constant base with an
+    element <= 0 is left as it is (passes.plan refuses it, saying so).  Returns whether
+    it spelled op."""
+    x, y = op.inputs
+    name = g.tensors[op.outputs[0]].name
+    if is_const(g, x):
+        c = np.asarray(g.tensors[x].data, np.float64)
+        if c.size == 0 or not np.all(c > 0) or not np.all(np.isfinite(c)):
+            return False
+        ln = new_tensor(g, f'{name}/log_base', list(g.tensors[x].shape),
+                        np.log(c).astype(np.float32))
+        g.tensors[ln].frozen = True
+        spell(g, op, [('MUL', [y, ln], NO_ACTIVATION, None), ('EXP', ['prev'], {}, None)])
+        return True
+    spell(g, op, [('LOG', [x], {}, list(g.tensors[x].shape)),
+                  ('MUL', [y, 'prev'], NO_ACTIVATION, None), ('EXP', ['prev'], {}, None)])
+    return True
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -631,10 +656,16 @@ def elementwise_forms(g: Graph) -> int:
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
     over them; POW(x, e) of a constant e (tf.pow, x ** e of a PyTorch export) -> MULs
     for a whole e (a DIV of 1 by them for a negative one), SQRT / RSQRT for +-0.5,
-    EXP(e * LOG(x)) for any other (_pow_steps).  Float tensors only.  Returns how many."""
+    EXP(e * LOG(x)) for any other (_pow_steps); POW of an activation exponent as EXP(y
+    LOG x) (_pow_of_activation).  Float tensors only.  Returns how many."""
     done = 0
     one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
+        if op.name == 'POW' and len(op.inputs) == 2 and not is_const(g, op.inputs[1]) and \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
+            if _pow_of_activation(g, op):
+                done += 1
+            continue
         if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
                 not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
                 np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':

@@ -250,3 +250,105 @@ def test_a_grouped_conv3d_trains_as_grouped_conv2ds_and_exports_into_its_weight(
     _onnx_3d_trains_and_exports(tmp_path, conv, (1, cin, 3, 4, 4), lambda g: {
         f'0.weight/tap{i}': g[:, :, i].numpy().transpose(0, 2, 3, 1)
         for i in range(conv.weight.shape[2])})
+
+
+class PowAct(nn.Module):
+    """x ** y of two activations (a positive base: softplus), 2 ** y and 0.5 ** y of a
+    constant base (a Pow whose exponent is an activation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.o = nn.Linear(4, 6), nn.Linear(4, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        base, e = nn.functional.softplus(self.a(x)) + 0.1, torch.tanh(self.b(x))
+        return self.o(base ** e + torch.pow(2.0, e) + torch.pow(torch.tensor([0.5]), e))
+
+
+def test_pow_of_an_activation_exponent_is_onnx_runtimes_and_autograds(tmp_path):
+    """Pow of an activation exponent had been refused ('the exponent must be a constant'):
+    x ** y is EXP(y LOG x), c ** y EXP(y ln c) (spellings._pow_of_activation): utrain's
+    forward is ONNX Runtime's, the gradients (through the base and the exponent)
+    PyTorch autograd's."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from host_tools.prepare.pipeline import prepare
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    torch.manual_seed(0)
+    net = PowAct().eval()
+    src = os.fspath(tmp_path / 'p.onnx')
+    torch.onnx.export(net, (torch.zeros(1, 4),), src, dynamo=False, input_names=['x'])
+    m = onnx.load(src)
+    consts = {o for n in m.graph.node if n.op_type == 'Constant' for o in n.output} | \
+        {t.name for t in m.graph.initializer}
+    pows = [n for n in m.graph.node if n.op_type == 'Pow']
+    assert len(pows) == 3 and not any(n.input[1] in consts for n in pows), pows
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **k: None)
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    for seed in (2, 3):
+        x = np.random.default_rng(seed).normal(size=(1, 4)).astype(F32)
+        tr.set_input(x)
+        tr.net.forward(True)
+        np.testing.assert_allclose(np.array(tr.net.output(), np.float64).ravel(),
+                                   sess.run(None, {'x': x})[0].ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (net(torch.tensor(x)) * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        assert any(np.allclose(g, p.grad.numpy().ravel(), rtol=1e-4, atol=1e-6)
+                   for p in params if p.numel() == g.size), (k, g)
+
+
+def test_pow_of_an_activation_exponent_where_the_base_is_not_positive(tmp_path):
+    """pow's own values where the base is 0 or below (ONNX Runtime's, TFLite's): x ** y
+    of two activations is 0 or inf at x = 0 (y > 0, y < 0) as pow, NaN at x < 0 (pow's
+    NaN for a fractional y; its finite value for a whole y has no gradient in y): utrain
+    says NaN there, which stops a run as diverged.  A constant base of 0 or below is
+    refused, saying why."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import TensorProto as T, helper
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.graph.passes import PrepareError
+    from test_parity import new_trainer
+
+    def model(path, base=None):
+        ins = [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])]
+        inits = []
+        if base is None:
+            ins.append(helper.make_tensor_value_info('y', T.FLOAT, [1, 4]))
+            nodes = [helper.make_node('Pow', ['x', 'y'], ['p'])]
+        else:
+            inits = [helper.make_tensor('c', T.FLOAT, [1], [base])]
+            nodes = [helper.make_node('Pow', ['c', 'x'], ['p'])]
+        nodes.append(helper.make_node('Mul', ['p', 'w'], ['out']))
+        inits.append(helper.make_tensor('w', T.FLOAT, [4], [1.0, 2.0, 3.0, 4.0]))
+        g = helper.make_graph(nodes, 'g', ins, [helper.make_tensor_value_info('out', T.FLOAT, [1, 4])],
+                              inits)
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), path)
+        return path
+    src = model(os.fspath(tmp_path / 'xy.onnx'))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **k: None)
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    x = np.array([[0.0, 0.0, 2.0, -2.0]], F32)
+    y = np.array([[1.5, -1.0, 0.5, 0.5]], F32)
+    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
+    want = sess.run(None, {'x': x, 'y': y})[0].ravel()
+    tr.set_input(np.concatenate([x, y], 1).reshape(tr.x_shape))   # (the inputs joined)
+    tr.net.forward(False)
+    with np.errstate(all='ignore'):
+        got = np.array(tr.net.output(), np.float64).ravel()
+    np.testing.assert_allclose(got, want, rtol=1e-5)    # (0, inf, 2 ** 0.5 * 3, NaN)
+    assert np.isnan(want[3]) and want[1] == np.inf and want[0] == 0
+    for c in (0.0, -2.0):
+        with pytest.raises(PrepareError, match=r'POW of a constant base .* above 0'):
+            prepare(model(os.fspath(tmp_path / f'c{c}.onnx'), c), os.fspath(tmp_path / 'r2'),
+                    loss='mse', lr=0.1, log=lambda *a, **k: None)
