@@ -269,6 +269,11 @@ def _qoperator_to_qdq(graph) -> int:
 _DYN_KEY = 'utrain.dynamic_weights'
 
 
+# ops that move a quantized value's integers as they are (onnxruntime's Direct8BitOp)
+_DIRECT8 = ('Transpose', 'Reshape', 'Squeeze', 'Unsqueeze', 'Flatten', 'Gather', 'Slice',
+            'Identity')
+
+
 def _dynamic_to_float(graph) -> dict:
     """A model of onnxruntime's quantize_dynamic written in graph, in place, as the float
     model it was made of: each ConvInteger / MatMulInteger of a DynamicQuantizeLinear'd
@@ -277,8 +282,11 @@ def _dynamic_to_float(graph) -> dict:
     the float Conv / MatMul of the activation and the weight's DequantizeLinear (at the
     scale that product takes from the file); the DynamicQuantizeLinear and the scales'
     Mul, read by nothing then, go.  (A MatMulInteger of two such activations: their
-    MatMul.)  An integer op not in that pattern is left as it is (the reader refuses it).
-    Returns (how many integer ops, {weight initializer: (its scale initializer, its zero
+    MatMul.)  A quantized table (a Gather of an int8 / uint8 embedding, its rows kept
+    integer through Transpose, Reshape... to a DequantizeLinear or an integer op) is read
+    as the table's DequantizeLinear, the ops after it on floats.  An integer op not in
+    that pattern is left as it is (the reader refuses it).  Returns (how many integer
+    ops and tables, {weight initializer: (its scale initializer, its zero
     point initializer or '')}: export writes a moved weight back at scales recomputed as
     quantize_dynamic computes them, _requantized)."""
     from onnx import helper
@@ -296,6 +304,24 @@ def _dynamic_to_float(graph) -> dict:
             return None
         return r[0]
 
+    # a quantized table (quantize_dynamic's Gather of an embedding): its integer rows go
+    # through the Gather and the 8-bit ops after it (Transpose, Reshape...) to a
+    # DequantizeLinear or an integer op; read as the table dequantized, those ops on
+    # floats ({value: its table}, {table: (scale, zero point)} from a DequantizeLinear)
+    chain, tsz = {}, {}
+    for n in graph.node:
+        if n.op_type == 'Gather' and n.input and n.input[0] in inits and \
+                inits[n.input[0]].data_type in (2, 3):
+            chain[n.output[0]] = n.input[0]
+        elif n.op_type in _DIRECT8 and n.input and n.input[0] in chain:
+            chain.update((o, chain[n.input[0]]) for o in n.output)
+        elif n.op_type == 'DequantizeLinear' and n.input[0] in chain and \
+                all(v in inits for v in n.input[1:] if v):
+            tsz.setdefault(chain[n.input[0]], (n.input[1], n.input[2] if len(n.input) > 2 else ''))
+    for v, t in chain.items():      # (each reader one of those, or an integer op)
+        if any(r.op_type not in _DIRECT8 + ('DequantizeLinear', 'ConvInteger', 'MatMulInteger')
+               for r in readers.get(v, [])) or v in {o.name for o in graph.output}:
+            tsz.pop(t, None)
     weights, drop, before, done = {}, set(), {}, 0
     for node in list(graph.node):
         if node.op_type not in ('ConvInteger', 'MatMulInteger') or \
@@ -317,6 +343,10 @@ def _dynamic_to_float(graph) -> dict:
                     and zp in ('', d.output[2]) and d.output[1] in scales:
                 scales.remove(d.output[1])
                 sides.append(('act', d.input[0], None))
+            elif chain.get(v) in tsz and tsz[chain[v]][0] in scales and \
+                    zp == tsz[chain[v]][1]:
+                scales.remove(tsz[chain[v]][0])     # (a table's rows: float now)
+                sides.append(('act', v, None))
             elif v in inits and inits[v].data_type in (2, 3):      # (uint8, int8)
                 sides.append(('w', v, zp))
             else:
@@ -351,8 +381,26 @@ def _dynamic_to_float(graph) -> dict:
             node.output[0] = mul.output[0]
             drop.update((id(cast), id(mul)))
             done += 1
+    for n in graph.node:
+        if n.op_type == 'Gather' and n.input[0] in tsz:
+            t = n.input[0]
+            sc, zp = tsz[t]
+            y = f'{t}/dequantized'
+            if y not in made:
+                before.setdefault(id(n), []).append(helper.make_node(
+                    'DequantizeLinear', [t, sc] + ([zp] if zp else []), [y], name=y))
+                made[y] = before[id(n)][-1]
+            weights[t] = (sc, zp)
+            n.input[0] = y
+            done += 1
+        elif n.op_type == 'DequantizeLinear' and chain.get(n.input[0]) in tsz:
+            n.op_type = 'Identity'      # (of a value float now)
+            del n.input[1:]
     if not done:
         return 0, {}
+    kept = [vi for vi in graph.value_info if vi.name not in chain]
+    del graph.value_info[:]         # (the table's values: float now, not the file's type)
+    graph.value_info.extend(kept)
     nodes = []
     for n in graph.node:
         if id(n) not in drop:
@@ -2182,7 +2230,9 @@ class _Reader(RecurrentOps):
         by the input's ids -> GATHER (micro/utrain/op_emb.py), whose table trains and goes
         back into the initializer; ids -N..-1 count from the end, as ONNX's Gather (its
         third input, N, says so).  Other gathers of activations are refused."""
-        if ins[0] not in self.inits or int(a.get('axis', 0)) or np.ndim(self.const[ins[0]]) != 2:
+        # (a table dequantized, quantize_dynamic's: a weight made of one by steps)
+        if ins[0] not in self.inits and ins[0] not in self.reshaped or \
+                int(a.get('axis', 0)) or np.ndim(self.const[ins[0]]) != 2:
             self.err('a Gather from a constant by computed ids is read as an embedding: the '
                      'rows (axis 0) of a 2-D initializer (nn.Embedding); this one gathers '
                      f'along axis {a.get("axis", 0)} of {ins[0]!r}, shape '

@@ -494,8 +494,9 @@ def dropped_outputs(model_path, g) -> list:
         for qop in [getattr(g, 'onnx_qop', 0)]] + [
         f'{model_path}: a model of onnxruntime\'s quantize_dynamic: its {dyn} ConvInteger / '
         'MatMulInteger ops (their activations quantized at run time by '
-        'DynamicQuantizeLinear) read as the float Conv / MatMul of the activation and the '
-        f'weight\'s DequantizeLinear: it trains dequantized, in float32, its {w} integer '
+        'DynamicQuantizeLinear) and quantized tables (a Gather of int8 / uint8 rows) read '
+        'as the float Conv / MatMul of the activation and the weight\'s DequantizeLinear, '
+        f'the Gather of the table\'s: it trains dequantized, in float32, its {w} integer '
         'weights as their float values (the forward differs from ONNX Runtime\'s by the '
         'activations\' rounding); export writes a moved weight back as the file\'s int8 / '
         'uint8 at a scale (and zero point) recomputed from it as quantize_dynamic computes '

@@ -128,6 +128,99 @@ def test_quantize_dynamic_model_trains_dequantized_and_exports_its_integers(
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max(), (got, want)
 
 
+
+class EmbAttn(nn.Module):
+    """nn.Embedding, then attention over its rows (x W, softmax of that times the rows
+    transposed, times the rows), a mean and x @ O: quantize_dynamic quantizes the table
+    (a Gather of uint8 rows, read by a MatMulInteger and, through a Transpose, by a
+    DequantizeLinear) and both weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(10, 8)
+        self.q = nn.Parameter(torch.randn(8, 8) * 0.3)
+        self.o = nn.Parameter(torch.randn(8, 3) * 0.5)
+
+    def forward(self, ids):
+        h = self.e(ids)
+        a = torch.softmax((h @ self.q) @ h.transpose(1, 2), -1)
+        return (a @ h).mean(1) @ self.o
+
+
+def test_quantize_dynamic_embedding_table_trains_dequantized_and_exports(tmp_path):
+    """quantize_dynamic's quantized table (Gather of uint8 rows, kept integer through a
+    Transpose to a MatMulInteger and DequantizeLinears) had been refused ('the table is
+    uint8; utrain trains float tables'): it reads as the table's DequantizeLinear, the
+    ops after it on floats.  utrain's forward is the float model's with the file's
+    table and weights dequantized (PyTorch's), its gradients PyTorch autograd's; one
+    epoch of SGD, exported, moves the uint8 table at a recomputed scale and zero point,
+    and ONNX Runtime runs it as utrain runs the trained weights, within the rounding."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.target.runner import run
+    from test_parity import new_trainer
+    from utrain.sink import Sums
+    torch.manual_seed(2)
+    net = EmbAttn().eval()
+    fp = os.fspath(tmp_path / 'f.onnx')
+    torch.onnx.export(net, (torch.zeros(1, 5, dtype=torch.long),), fp, dynamo=False,
+                      input_names=['ids'])
+    src = os.fspath(tmp_path / 'q.onnx')
+    quantize_dynamic(fp, src, weight_type=QuantType.QInt8)
+    qm = onnx.load(src)
+    ops = [n.op_type for n in qm.graph.node]
+    q = {t.name: numpy_helper.to_array(t) for t in qm.graph.initializer}
+    assert q['e.weight_quantized'].dtype == np.uint8 and ops.count('MatMulInteger') == 2, ops
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(torch.tensor(_dequantized(q, name).reshape(p.shape)))
+    rng = np.random.default_rng(0)
+    xs = rng.integers(0, 10, (8, 5))
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 8))
+    said, out = [], tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+            from_logits=True, lr=0.5, epochs=1, backend='fallback',
+            log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert any('quantize_dynamic' in s for s in said), said
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    tr.net.sink = Sums(tr.net)
+    x = xs[:1]
+    tr.set_input(x.astype(F32))
+    tr.net.forward(True)
+    ref = net(torch.tensor(x))
+    np.testing.assert_allclose(np.array(tr.net.output(), np.float64).ravel(),
+                               ref.detach().numpy().ravel(), rtol=1e-5, atol=1e-5)
+    dy = np.array([[0.5, -1.0, 2.0]], F32)
+    tr.net.backward(dy)
+    (ref * torch.tensor(dy)).sum().backward()
+    params = list(net.parameters())
+    assert len(tr.net.trainable) == len(params)
+    for k in tr.net.trainable:
+        g = np.asarray(tr.net.sink.acc[k]).ravel()
+        # (a MatMul's weight as FULLY_CONNECTED's [out, in]: the same values, transposed)
+        assert any(np.allclose(g, w.ravel(), rtol=1e-4, atol=1e-6)
+                   for p in params if p.numel() == g.size
+                   for w in (p.grad.numpy(), p.grad.numpy().T)), (k, g)
+    run(os.fspath(out), python=True)
+    dst = os.fspath(tmp_path / 'out.onnx')
+    export(src, os.fspath(out / 'trained.wof'), dst)
+    dm = onnx.load(dst)
+    b = {t.name: numpy_helper.to_array(t) for t in dm.graph.initializer}
+    assert [n.op_type for n in dm.graph.node] == ops
+    assert all(b[n].dtype == q[n].dtype and b[n].shape == q[n].shape for n in q)
+    moved = {n for n in q if not np.array_equal(q[n], b[n])}
+    assert {'e.weight_quantized', 'e.weight_scale', 'q_quantized', 'o_quantized'} <= moved, moved
+    trained = new_trainer(out / 'model.flat', out / 'trained.wof')
+    got = np.concatenate([ort.InferenceSession(dst, providers=['CPUExecutionProvider'])
+                          .run(None, {'ids': x[None]})[0] for x in xs])
+    want = np.stack([np.array(trained.predict(x[None].astype(F32)), np.float64).ravel()
+                     for x in xs])
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max(), (got, want)
+
+
 @pytest.mark.parametrize('dtype,sym,axis', [(np.int8, True, None), (np.uint8, False, 1),
                                             (np.uint8, False, None), (np.int8, True, 0)])
 def test_requantized_is_quantize_dynamics_weight(dtype, sym, axis):
