@@ -147,6 +147,10 @@ _QOPS = {
 
 
 _QOP_KEY = 'utrain.qoperator_ops'
+# onnxruntime's contrib ops of a quantized model (quantize_dynamic's LSTM and attention,
+# the optimizer's fusions of its ops): refused saying how to quantize without them
+_ORT_QUANTIZED = ('DynamicQuantizeLSTM', 'DynamicQuantizeMatMul', 'MatMulIntegerToFloat',
+                  'QAttention', 'QEmbedLayerNormalization', 'QOrderedMatMul')
 
 
 def _qoperator_to_qdq(graph) -> int:
@@ -1037,6 +1041,15 @@ class _Reader(RecurrentOps):
                      'Normalizer and ZipMap; else train a neural network on the same features '
                      '(Keras, PyTorch, or scikit-learn\'s MLPClassifier / MLPRegressor) and '
                      'give utrain its .tflite or .onnx')
+        if node.domain == 'com.microsoft' and t in _ORT_QUANTIZED:
+            self.err(f'{t} is an ONNX Runtime contrib op (domain com.microsoft) that '
+                     'quantize_dynamic writes for an LSTM or an attention layer (or ONNX '
+                     'Runtime\'s optimizer fuses into a saved model): utrain reads '
+                     'quantize_dynamic\'s standard ops (DynamicQuantizeLinear, MatMulInteger, '
+                     'ConvInteger, a quantized Gather); quantize the float model with '
+                     'quantize_dynamic(..., op_types_to_quantize=[\'MatMul\', \'Conv\', '
+                     '\'Gather\']) (its LSTM or attention kept float), or give utrain the '
+                     'float model')
         if node.domain not in ('', 'ai.onnx'):
             self.err(f'operator domain {node.domain!r} is not supported')
         if t == 'Constant':

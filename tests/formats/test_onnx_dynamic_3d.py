@@ -445,3 +445,33 @@ def test_pow_of_an_activation_exponent_where_the_base_is_not_positive(tmp_path):
         with pytest.raises(PrepareError, match=r'POW of a constant base .* above 0'):
             prepare(model(os.fspath(tmp_path / f'c{c}.onnx'), c), os.fspath(tmp_path / 'r2'),
                     loss='mse', lr=0.1, log=lambda *a, **k: None)
+
+
+def test_quantize_dynamic_lstm_is_refused_saying_how_to_quantize_it(tmp_path):
+    """quantize_dynamic's DynamicQuantizeLSTM (an ONNX Runtime contrib op) had been refused
+    as 'operator domain com.microsoft is not supported': it says to keep the LSTM float
+    (op_types_to_quantize), the MatMul beside it then training dequantized."""
+    pytest.importorskip('onnxruntime')
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from host_tools.formats.circle_io import read_model
+    from host_tools.formats.ir import ModelError
+
+    class Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.r = nn.LSTM(3, 4, batch_first=True)
+            self.o = nn.Parameter(torch.randn(4, 2))
+
+        def forward(self, x):
+            return self.r(x)[0][:, -1] @ self.o
+    fp = os.fspath(tmp_path / 'f.onnx')
+    torch.onnx.export(Seq().eval(), (torch.zeros(1, 5, 3),), fp, dynamo=False)
+    src = os.fspath(tmp_path / 'q.onnx')
+    quantize_dynamic(fp, src, weight_type=QuantType.QInt8)
+    with pytest.raises(ModelError, match=r'DynamicQuantizeLSTM is an ONNX Runtime contrib op'
+                                         r'.*op_types_to_quantize'):
+        read_model(src)
+    ok = os.fspath(tmp_path / 'k.onnx')
+    quantize_dynamic(fp, ok, weight_type=QuantType.QInt8, op_types_to_quantize=['MatMul'])
+    g = read_model(ok)
+    assert g.onnx_dynamic == 1 and 'FULLY_CONNECTED' in {o.name for o in g.ops}
