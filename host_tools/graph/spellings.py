@@ -1186,8 +1186,9 @@ def conv3d_transpose_to_2d(g: Graph) -> int:
     transposed-convolved with the tap's [O, kh, kw, C] slice of the weight (one constant
     per tap, 'W/ttap{i}', read by every frame: its gradient summed over them), ADDed (the
     bias in each frame's first, the op's activation on its last); H and W as TFLite's
-    TRANSPOSE_CONV computes them (SAME or VALID at the output's size; ONNX's other pads:
-    VALID to the pads' begin on, cut by a STRIDED_SLICE); an output frame no tap reaches
+    TRANSPOSE_CONV computes them (SAME or VALID at the output's size where TensorFlow's
+    sizes allow it, so that TFLite runs the exported graph; else, ONNX's other pads and
+    output_padding, VALID to the full size, cut by a STRIDED_SLICE); an output frame no tap reaches
     (stride_d > kd) is the bias (a TRANSPOSE_CONV of a frozen zero tap, the bias trains
     there too).  The frames are joined along H and RESHAPEd to [1, Do,
     Ho, Wo, O].  Dilation and groups are left as they are (refused).  Returns how many."""
@@ -1213,9 +1214,20 @@ def conv3d_transpose_to_2d(g: Graph) -> int:
             begin = [same_pads(n, k, s, 1)[0] if o.get('padding') == 'SAME' else 0
                      for n, k, s in ((Do, kd, sd), (Ho, kh, sh), (Wo, kw, sw))]
         bd, bh, bw = begin
-        same = [same_pads(Ho, kh, sh, 1)[0], same_pads(Wo, kw, sw, 1)[0]]
-        pad = 'VALID' if [bh, bw] == [0, 0] else 'SAME' if [bh, bw] == same else None
-        big = [1, Ho, Wo, O] if pad else [1, Ho + bh, Wo + bw, O]
+        # (each TRANSPOSE_CONV of a size TensorFlow's own rules allow, so that TFLite runs
+        # the exported graph as utrain does: SAME where in = ceil(out / s), VALID where
+        # out is the full size to its s - 1 rows past it; else VALID to the full size, or
+        # to the pads' begin plus the output where that is more, and a STRIDED_SLICE)
+        full = [(H - 1) * sh + kh, (W - 1) * sw + kw]
+        if [bh, bw] == [same_pads(Ho, kh, sh, 1)[0], same_pads(Wo, kw, sw, 1)[0]] and \
+                [-(-Ho // sh), -(-Wo // sw)] == [H, W]:
+            pad, big = 'SAME', [1, Ho, Wo, O]
+        elif [bh, bw] == [0, 0] and full[0] <= Ho < full[0] + sh and full[1] <= Wo < full[1] + sw:
+            pad, big = 'VALID', [1, Ho, Wo, O]
+        else:
+            pad, big = None, [1, max(full[0], bh + Ho), max(full[1], bw + Wo), O]
+            if big[1] >= full[0] + sh or big[2] >= full[1] + sw:
+                continue        # (rows past what any tap reaches: left as it is)
         bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else -1
         act = o.get('fused_activation_function', 'NONE')
         name, made = g.tensors[y].name, []

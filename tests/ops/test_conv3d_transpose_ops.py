@@ -72,6 +72,7 @@ def _model(path, shape, k, O, s, same, outs, act, seed=0):
     ((2, 3, 3, 1), (2, 3, 2), (2, 2, 1), False, (4, 7, 4), 'RELU'),    # VALID, strides
     ((3, 3, 2, 2), (3, 2, 3), (2, 2, 2), True, (6, 6, 4), 'NONE'),     # SAME, strides 2
     ((2, 3, 3, 1), (1, 2, 2), (3, 2, 2), False, (6, 6, 6), 'NONE'),    # frames no tap reaches
+    ((2, 3, 4, 1), (3, 2, 3), (2, 2, 2), True, (4, 6, 8), 'RELU'),     # SAME, W under full size
 ])
 def test_conv3d_transpose_forward_and_gradients(tmp_path, shape, k, s, same, outs, act):
     from host_tools.prepare.pipeline import prepare
@@ -84,6 +85,14 @@ def test_conv3d_transpose_forward_and_gradients(tmp_path, shape, k, s, same, out
     g = read_model(os.fspath(out / 'rewritten.circle'))
     names = {t.index: t.name for t in g.tensors}
     assert 'CONV_3D_TRANSPOSE' not in {o.name for o in g.ops}
+    for op in g.ops:        # (sizes TensorFlow allows: TFLite runs the exported graph so)
+        if op.name == 'TRANSPOSE_CONV':
+            (_, hi, wi, _), (_, ho, wo, _) = (g.tensors[op.inputs[2]].shape,
+                                              g.tensors[op.outputs[0]].shape)
+            _, kh, kw, _ = g.tensors[op.inputs[1]].shape
+            for n, m, kk, st in ((hi, ho, kh, s[1]), (wi, wo, kw, s[2])):
+                assert (-(-m // st) == n if op.options['padding'] == 'SAME' else
+                        (n - 1) * st + kk <= m < (n - 1) * st + kk + st), (op.options, n, m)
     tr = new_trainer(out / 'model.flat', out / 'weights.wof')
     tr.net.sink = Sums(tr.net)
     x = np.random.default_rng(5).normal(size=(1,) + shape).astype(F32)
