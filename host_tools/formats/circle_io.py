@@ -180,6 +180,7 @@ _OPTIONS_OVERRIDES = {
     "ARG_MAX": "ArgMaxOptions", "ARG_MIN": "ArgMinOptions",
     "CALL": "CallOptions", "SKIP_GRAM": "SkipGramOptions",
     "FAKE_QUANT": "FakeQuantOptions", "GELU": "GeluOptions",
+    "CONV_3D_TRANSPOSE": "Conv3DOptions",
 }
 
 

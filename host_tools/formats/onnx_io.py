@@ -147,6 +147,10 @@ _QOPS = {
 
 
 _QOP_KEY = 'utrain.qoperator_ops'
+# onnxruntime's contrib ops of a quantized model (quantize_dynamic's LSTM and attention,
+# the optimizer's fusions of its ops): refused saying how to quantize without them
+_ORT_QUANTIZED = ('DynamicQuantizeLSTM', 'DynamicQuantizeMatMul', 'MatMulIntegerToFloat',
+                  'QAttention', 'QEmbedLayerNormalization', 'QOrderedMatMul')
 
 
 def _qoperator_to_qdq(graph) -> int:
@@ -266,6 +270,191 @@ def _qoperator_to_qdq(graph) -> int:
     return done
 
 
+_DYN_KEY = 'utrain.dynamic_weights'
+
+
+# ops that move a quantized value's integers as they are (onnxruntime's Direct8BitOp)
+_DIRECT8 = ('Transpose', 'Reshape', 'Squeeze', 'Unsqueeze', 'Flatten', 'Gather', 'Slice',
+            'Identity')
+
+
+def _dynamic_to_float(graph) -> dict:
+    """A model of onnxruntime's quantize_dynamic written in graph, in place, as the float
+    model it was made of: each ConvInteger / MatMulInteger of a DynamicQuantizeLinear'd
+    activation (the activation quantized at run time) and an int8 / uint8 weight,
+    followed by its Cast to float and Mul by the product of the two scales, becomes
+    the float Conv / MatMul of the activation and the weight's DequantizeLinear (at the
+    scale that product takes from the file); the DynamicQuantizeLinear and the scales'
+    Mul, read by nothing then, go.  (A MatMulInteger of two such activations: their
+    MatMul.)  A quantized table (a Gather of an int8 / uint8 embedding, its rows kept
+    integer through Transpose, Reshape... to a DequantizeLinear or an integer op) is read
+    as the table's DequantizeLinear, the ops after it on floats.  An integer op not in
+    that pattern is left as it is (the reader refuses it).  Returns (how many integer
+    ops and tables, {weight initializer: (its scale initializer, its zero
+    point initializer or '')}: export writes a moved weight back at scales recomputed as
+    quantize_dynamic computes them, _requantized)."""
+    from onnx import helper
+    inits = {t.name: t for t in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+    readers = {}
+    for n in graph.node:
+        for v in n.input:
+            readers.setdefault(v, []).append(n)
+
+    def only(v, op, **at):
+        r = readers.get(v, [])
+        if len(r) != 1 or r[0].op_type != op or any(
+                _attrs(r[0]).get(k) != w for k, w in at.items()):
+            return None
+        return r[0]
+
+    # a quantized table (quantize_dynamic's Gather of an embedding): its integer rows go
+    # through the Gather and the 8-bit ops after it (Transpose, Reshape...) to a
+    # DequantizeLinear or an integer op; read as the table dequantized, those ops on
+    # floats ({value: its table}, {table: (scale, zero point)} from a DequantizeLinear)
+    chain, tsz = {}, {}
+    for n in graph.node:
+        if n.op_type == 'Gather' and n.input and n.input[0] in inits and \
+                inits[n.input[0]].data_type in (2, 3):
+            chain[n.output[0]] = n.input[0]
+        elif n.op_type in _DIRECT8 and n.input and n.input[0] in chain:
+            chain.update((o, chain[n.input[0]]) for o in n.output)
+        elif n.op_type == 'DequantizeLinear' and n.input[0] in chain and \
+                all(v in inits for v in n.input[1:] if v):
+            tsz.setdefault(chain[n.input[0]], (n.input[1], n.input[2] if len(n.input) > 2 else ''))
+    for v, t in chain.items():      # (each reader one of those, or an integer op)
+        if any(r.op_type not in _DIRECT8 + ('DequantizeLinear', 'ConvInteger', 'MatMulInteger')
+               for r in readers.get(v, [])) or v in {o.name for o in graph.output}:
+            tsz.pop(t, None)
+    weights, drop, before, done = {}, set(), {}, 0
+    for node in list(graph.node):
+        if node.op_type not in ('ConvInteger', 'MatMulInteger') or \
+                node.domain not in ('', 'ai.onnx'):
+            continue
+        ins = list(node.input) + [''] * (4 - len(node.input))
+        cast = only(node.output[0], 'Cast', to=1)
+        mul = cast and only(cast.output[0], 'Mul')
+        if mul is None:
+            continue
+        s = [v for v in mul.input if v != cast.output[0]]
+        smul = made.get(s[0]) if len(s) == 1 else None
+        if smul is None or smul.op_type != 'Mul':
+            continue
+        sides, scales = [], list(smul.input)
+        for v, zp in ((ins[0], ins[2]), (ins[1], ins[3])):
+            d = made.get(v)
+            if d is not None and d.op_type == 'DynamicQuantizeLinear' and d.output[0] == v \
+                    and zp in ('', d.output[2]) and d.output[1] in scales:
+                scales.remove(d.output[1])
+                sides.append(('act', d.input[0], None))
+            elif chain.get(v) in tsz and tsz[chain[v]][0] in scales and \
+                    zp == tsz[chain[v]][1]:
+                scales.remove(tsz[chain[v]][0])     # (a table's rows: float now)
+                sides.append(('act', v, None))
+            elif v in inits and inits[v].data_type in (2, 3):      # (uint8, int8)
+                sides.append(('w', v, zp))
+            else:
+                break
+        ws = [sd for sd in sides if sd[0] == 'w']
+        if len(sides) != 2 or len(ws) > 1 or len(scales) != len(ws) or \
+                any(v not in inits for v in scales) or \
+                any(zp and zp not in inits for _, _, zp in ws):
+            continue
+        new = []
+        for kind, v, zp in sides:
+            if kind == 'act':
+                new.append(v)
+                continue
+            sc = scales[0]
+            ssz = int(np.prod(inits[sc].dims)) if inits[sc].dims else 1
+            if len(inits[sc].dims) > 1:
+                break           # (a scale shaped to broadcast: left to the refusal)
+            axis = {} if ssz == 1 else {
+                'axis': 0 if node.op_type == 'ConvInteger' else len(inits[v].dims) - 1}
+            y = f'{v}/dequantized'
+            if y not in made:
+                before.setdefault(id(node), []).append(helper.make_node(
+                    'DequantizeLinear', [v, sc] + ([zp] if zp else []), [y], name=y, **axis))
+                made[y] = before[id(node)][-1]
+            weights[v] = (sc, zp)
+            new.append(y)
+        else:
+            node.op_type = 'Conv' if node.op_type == 'ConvInteger' else 'MatMul'
+            del node.input[:]
+            node.input.extend(new)
+            node.output[0] = mul.output[0]
+            drop.update((id(cast), id(mul)))
+            done += 1
+    for n in graph.node:
+        if n.op_type == 'Gather' and n.input[0] in tsz:
+            t = n.input[0]
+            sc, zp = tsz[t]
+            y = f'{t}/dequantized'
+            if y not in made:
+                before.setdefault(id(n), []).append(helper.make_node(
+                    'DequantizeLinear', [t, sc] + ([zp] if zp else []), [y], name=y))
+                made[y] = before[id(n)][-1]
+            weights[t] = (sc, zp)
+            n.input[0] = y
+            done += 1
+        elif n.op_type == 'DequantizeLinear' and chain.get(n.input[0]) in tsz:
+            n.op_type = 'Identity'      # (of a value float now)
+            del n.input[1:]
+    if not done:
+        return 0, {}
+    kept = [vi for vi in graph.value_info if vi.name not in chain]
+    del graph.value_info[:]         # (the table's values: float now, not the file's type)
+    graph.value_info.extend(kept)
+    nodes = []
+    for n in graph.node:
+        if id(n) not in drop:
+            nodes.extend(before.get(id(n), []) + [n])
+    while True:     # (the DynamicQuantizeLinears and the scales' Muls no node reads now)
+        read = {v for n in nodes for v in n.input} | {o.name for o in graph.output}
+        dead = [n for n in nodes if n.op_type in ('DynamicQuantizeLinear', 'Mul')
+                and not any(o in read for o in n.output)]
+        if not dead:
+            break
+        nodes = [n for n in nodes if n not in dead]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return done, weights
+
+
+def _requantized(w, q0, zp0, axis):
+    """The float weight w quantized as onnxruntime's quantize_dynamic quantizes a weight
+    of the file's type, scheme and channels: the file's integer weight q0 and zero point
+    zp0 (its scale and zero point along axis where they are per channel, else None) tell
+    int8 or uint8, symmetric (zero point 0, or 128 for uint8) or not, and reduced range
+    (the file's integers within [-64, 64], [0, 127]).  Returns (q, scale, zero point),
+    the scale and zero point as the file's (one, or one per channel)."""
+    q0, zp0 = np.asarray(q0), np.asarray(zp0)
+    info = np.iinfo(q0.dtype)
+    sym = bool(np.all(zp0 == (0 if info.min < 0 else 128)))
+    reduced = bool(np.all(q0 >= -64) and np.all(q0 <= 64)) if info.min < 0 else \
+        bool(np.all(q0 <= 127))
+    if reduced:
+        qmin, qmax = (-64, 64) if info.min < 0 else (0, 127)
+    else:
+        qmin, qmax = (-127, 127) if sym and info.min < 0 else (info.min, info.max)
+    w = np.asarray(w, np.float64)
+    red = tuple(a for a in range(w.ndim) if a != axis) if axis is not None else None
+    rmin = np.minimum(w.min(axis=red, keepdims=True), 0)
+    rmax = np.maximum(w.max(axis=red, keepdims=True), 0)
+    if sym:
+        rmax = np.maximum(-rmin, rmax)
+        rmin = -rmax
+    scale = ((rmax - rmin) / (qmax - qmin)).astype(np.float32).astype(np.float64)
+    tiny = scale < np.finfo(np.float32).tiny
+    scale = np.where(tiny, 1.0, scale)
+    zp = np.round((qmin + qmax) / 2.0) * np.ones_like(scale) if sym else \
+        np.round(qmin - rmin / scale)
+    zp = np.where(tiny, 0, zp)
+    q = np.clip(np.round(w / scale) + zp, qmin, qmax)
+    return q.astype(q0.dtype), scale.reshape(-1 if axis is not None else ()), \
+        zp.reshape(-1 if axis is not None else ()).astype(q0.dtype)
+
+
 class _Node:
     """A node of the reader's own (an op written as another op's steps: ReduceMin's max)."""
     op_type = ''
@@ -289,10 +478,13 @@ SUPPORTED = sorted({
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 _QUANTIZED = ('an op of a model quantized by onnxruntime.quantization that utrain does not '
-              'read: quantize_dynamic\'s (its activations quantized at run time: '
-              'DynamicQuantizeLinear, MatMulInteger, ConvInteger), or a QOperator op other '
-              'than ' + ', '.join(sorted(_QOPS) + ['QLinearConcat']) + ': '
-              'quantize_static (QDQ or QOperator) trains (dequantized), or give utrain the '
+              'read: a QOperator op other than ' + ', '.join(sorted(_QOPS) + ['QLinearConcat'])
+              + ', or an integer op of quantize_dynamic\'s outside its pattern (utrain reads '
+              'a ConvInteger / MatMulInteger of a DynamicQuantizeLinear\'d activation and an '
+              'int8 / uint8 weight, Cast to float, times the product of their scales; not '
+              'an ONNX Runtime optimizer\'s fused DynamicQuantizeMatMul or MatMulIntegerToFloat): '
+              'quantize_static (QDQ or QOperator) and quantize_dynamic train (dequantized) '
+              'as onnxruntime.quantization writes them, or give utrain the '
               'float model from before quantizing it (quantize the exported model again '
               'after), or a full-integer .tflite for int8 training')
 _RANDOM = ('a random draw (a stochastic policy\'s sampled action, a VAE\'s sample): utrain '
@@ -536,6 +728,10 @@ class _Reader(RecurrentOps):
         self.consumers: dict[str, list] = {}
         # a QDQ model's: activations a QuantizeLinear made, int weights dequantized
         self.quantized, self.qdq_weights = set(), 0
+        # a quantize_dynamic model's: (integer ops, {int weight: (scale, zero point)})
+        import json
+        self.dynamic = next((json.loads(p.value) for p in model.metadata_props
+                             if p.key == _DYN_KEY), (0, {}))
         self.left: dict = {}        # outputs of the node read that it leaves out -> why
         self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
@@ -804,6 +1000,7 @@ class _Reader(RecurrentOps):
         gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
         gr.onnx_qop = next((int(p.value) for p in self.model.metadata_props
                             if p.key == _QOP_KEY), 0)     # (QOperator ops read as QDQ)
+        gr.onnx_dynamic = self.dynamic[0]   # (quantize_dynamic's integer ops read as float)
         # the file's names of outputs another tensor stands for (a ZipMap's, skl2onnx's
         # 'output_probability': the probabilities it wraps): --output takes them too (it
         # had refused the name the file, ONNX Runtime and skl2onnx give, listing others)
@@ -844,6 +1041,15 @@ class _Reader(RecurrentOps):
                      'Normalizer and ZipMap; else train a neural network on the same features '
                      '(Keras, PyTorch, or scikit-learn\'s MLPClassifier / MLPRegressor) and '
                      'give utrain its .tflite or .onnx')
+        if node.domain == 'com.microsoft' and t in _ORT_QUANTIZED:
+            self.err(f'{t} is an ONNX Runtime contrib op (domain com.microsoft) that '
+                     'quantize_dynamic writes for an LSTM or an attention layer (or ONNX '
+                     'Runtime\'s optimizer fuses into a saved model): utrain reads '
+                     'quantize_dynamic\'s standard ops (DynamicQuantizeLinear, MatMulInteger, '
+                     'ConvInteger, a quantized Gather); quantize the float model with '
+                     'quantize_dynamic(..., op_types_to_quantize=[\'MatMul\', \'Conv\', '
+                     '\'Gather\']) (its LSTM or attention kept float), or give utrain the '
+                     'float model')
         if node.domain not in ('', 'ai.onnx'):
             self.err(f'operator domain {node.domain!r} is not supported')
         if t == 'Constant':
@@ -909,9 +1115,12 @@ class _Reader(RecurrentOps):
                 # at the file's scales (rounded, clipped to its type)
                 q = np.iinfo(np.asarray(self.const[src]).dtype)
                 zp = self.const[ins[2]] if len(ins) > 2 and ins[2] else 0
+                # (a quantize_dynamic model's: the names of its scale and zero point,
+                # which export recomputes for a moved weight)
                 self.reshaped[node.output[0]] = (src, [('dq', np.asarray(self.const[ins[1]]),
                                                         np.asarray(zp), int(a.get('axis', 1)),
-                                                        q.min, q.max)])
+                                                        q.min, q.max)
+                                                       + tuple(self.dynamic[1].get(src, ()))])
                 self.qdq_weights += 1
                 return
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity', 'Transpose',
@@ -1279,6 +1488,12 @@ class _Reader(RecurrentOps):
         self._unary_chain(node, ins, build)
 
     def op_Pow(self, node, ins, a, i):
+        if ins[1] not in self.const:
+            # an activation exponent (x ** y, c ** y): POW of the two, which prepare spells
+            # as EXP(y LOG x) (spellings.elementwise_forms: pow where x > 0)
+            xs, lay, out_shape = self._operands(node, ins)
+            self.emit('POW', xs, [self.out(node.output[0], lay, out_shape)])
+            return
         e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
         if e.size != 1 or float(e[0]) == 0.0 or not np.isfinite(e[0]):
             self.err(f'exponent {e.tolist()}: utrain takes one nonzero constant exponent')
@@ -1696,16 +1911,20 @@ class _Reader(RecurrentOps):
         return Wt, pre, a, r
 
     def _conv3d(self, node, ins, a):
-        """A 3-D Conv (torch.nn.Conv3d, group 1): the [N, C, D, H, W] input TRANSPOSEd to
-        [N, D, H, W, C], a CONV_3D of weight [kd, kh, kw, C, O] (TFLite's; prepare spells it
+        """A 3-D Conv (torch.nn.Conv3d, grouped too): the [N, C, D, H, W] input TRANSPOSEd to
+        [N, D, H, W, C], a CONV_3D of weight [kd, kh, kw, C / group, O] (TFLite's; prepare spells it
         with a CONV_2D per output frame and depth tap: spellings.conv3d_to_conv2d, which
         takes ONNX's pads, op.pads3d), its output TRANSPOSEd back."""
         Wt = np.asarray(self.const[ins[1]])
         O, IG, kd, kh, kw = Wt.shape
         N, C, D, H, W = self.oshape(ins[0])
-        if int(a.get('group', 1)) != 1 or IG != C:
-            self.err(f'group {a.get("group", 1)} of a 3-D convolution (weight '
-                     f'{list(Wt.shape)}, {C} input channels): utrain takes group 1 only')
+        grp = int(a.get('group', 1))
+        if grp < 1 or C % grp or IG * grp != C or O % grp:
+            # (grouped: each depth tap's CONV_2D a grouped one, [O, kh, kw, C / group],
+            # which prepare splits into groups: groups.split_groups)
+            self.err(f'group {grp} with {C} input channels and a weight of shape '
+                     f'{list(Wt.shape)}: a group convolution wants [out, channels / group, '
+                     'kd, kh, kw] with out and channels multiples of group')
         k, st = (kd, kh, kw), [int(v) for v in a.get('strides', [1, 1, 1])]
         dl = [int(v) for v in a.get('dilations', [1, 1, 1])]
         ap = a.get('auto_pad', 'NOTSET')
@@ -1736,6 +1955,58 @@ class _Reader(RecurrentOps):
                        dilation_h_factor=dl[1], dilation_w_factor=dl[2],
                        fused_activation_function='NONE')
         op.pads3d = pads
+        self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
+                  [self.out(node.output[0], 'plain')])
+
+    def _conv3d_transpose(self, node, ins, a):
+        """A 3-D ConvTranspose (torch.nn.ConvTranspose3d, group 1, no dilation): the
+        [N, C, D, H, W] input TRANSPOSEd to [N, D, H, W, C], TFLite's CONV_3D_TRANSPOSE of
+        weight [kd, kh, kw, O, C] to the output's size (prepare spells it with a
+        TRANSPOSE_CONV per input frame and depth tap: spellings.conv3d_transpose_to_2d,
+        which takes the pads' begin, op.tpads3d: ONNX output frame j is the full transposed
+        convolution's j + begin, zeros past its end: output_padding), its output TRANSPOSEd
+        back."""
+        Wt = np.asarray(self.const[ins[1]])
+        I, O, kd, kh, kw = Wt.shape
+        N, C, D, H, W = self.oshape(ins[0])
+        if int(a.get('group', 1)) != 1 or I != C:
+            self.err(f'group {a.get("group", 1)} with {C} input channels and a weight of '
+                     f'shape {list(Wt.shape)}: utrain runs ungrouped transposed convolutions')
+        if any(int(d) != 1 for d in a.get('dilations', [1, 1, 1])):
+            self.err('dilated transposed convolution is not supported')
+        k, st = (kd, kh, kw), [int(v) for v in a.get('strides', [1, 1, 1])]
+        op_ = [int(v) for v in a.get('output_padding', [0, 0, 0])]
+        ap = a.get('auto_pad', 'NOTSET')
+        full = [(n - 1) * s_ + k_ + p for n, s_, k_, p in zip((D, H, W), st, k, op_)]
+        if 'output_shape' in a or ap in ('SAME_UPPER', 'SAME_LOWER'):
+            outs = [int(v) for v in a['output_shape']][-3:] if 'output_shape' in a else \
+                [n * s_ for n, s_ in zip((D, H, W), st)]
+            begin = [(f - o) // 2 if ap == 'SAME_UPPER' else (f - o) - (f - o) // 2
+                     for f, o in zip(full, outs)]
+        else:
+            p = [0] * 6 if ap == 'VALID' else [int(v) for v in a.get('pads', [0] * 6)]
+            begin, outs = p[:3], [f - p[j] - p[j + 3] for j, f in enumerate(full)]
+        if min(begin) < 0 or min(outs) < 1:
+            self.err(f'pads {a.get("pads")} / output_shape {a.get("output_shape")} give an '
+                     'output TFLite cannot compute')
+        self.shape[node.output[0]] = [N, O] + outs
+        x = self.tensor(ins[0] + '/ndhwc', [N, D, H, W, C])
+        self.emit('TRANSPOSE', [self.get(ins[0], 'plain'),
+                                self.perm_const(ins[0], (0, 2, 3, 4, 1))], [x])
+        steps = [('T', (2, 3, 4, 1, 0))]
+        wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
+                               ins[1] if ins[1] in self.inits else None, steps)
+        bk = -1
+        if len(ins) > 2 and ins[2]:
+            bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
+                                   ins[2] if ins[2] in self.inits else None)
+        y = self.tensor(node.output[0] + '/ndhwc', [N] + outs + [O])
+        shp = self.tensor(node.output[0] + '/shape', [5], np.array([N] + outs + [O], np.int32))
+        op = self.emit('CONV_3D_TRANSPOSE', [shp, wk, x, bk], [y], padding='VALID',
+                       stride_d=st[0], stride_h=st[1], stride_w=st[2], dilation_d_factor=1,
+                       dilation_h_factor=1, dilation_w_factor=1,
+                       fused_activation_function='NONE')
+        op.tpads3d = begin
         self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
                   [self.out(node.output[0], 'plain')])
 
@@ -1781,6 +2052,9 @@ class _Reader(RecurrentOps):
         (rows past its end zero, output_padding): TFLite's VALID (offset 0) or SAME
         (offset its own) where the pads are those, else VALID to the output's size plus
         the pads begin, cut by a STRIDED_SLICE."""
+        if ins[1] in self.const and np.ndim(self.const[ins[1]]) == 5 and \
+                len(self.oshape(ins[0])) == 5:
+            return self._conv3d_transpose(node, ins, a)
         Wt, pre, a, r = self._conv_weight(ins, a, 'transposed convolutions')
         if r == 3:                        # ConvTranspose1d: [I, O, K] as [I, O, 1, K]
             for k in ('output_padding', 'output_shape'):
@@ -1969,7 +2243,9 @@ class _Reader(RecurrentOps):
         by the input's ids -> GATHER (micro/utrain/op_emb.py), whose table trains and goes
         back into the initializer; ids -N..-1 count from the end, as ONNX's Gather (its
         third input, N, says so).  Other gathers of activations are refused."""
-        if ins[0] not in self.inits or int(a.get('axis', 0)) or np.ndim(self.const[ins[0]]) != 2:
+        # (a table dequantized, quantize_dynamic's: a weight made of one by steps)
+        if ins[0] not in self.inits and ins[0] not in self.reshaped or \
+                int(a.get('axis', 0)) or np.ndim(self.const[ins[0]]) != 2:
             self.err('a Gather from a constant by computed ids is read as an embedding: the '
                      'rows (axis 0) of a 2-D initializer (nn.Embedding); this one gathers '
                      f'along axis {a.get("axis", 0)} of {ins[0]!r}, shape '
@@ -2874,6 +3150,7 @@ def load(path):
                                 'not a valid ONNX model (no graph nodes)') + AGAIN)
     _check_defined(path, model)
     qops = _qoperator_to_qdq(model.graph)
+    dyn = _dynamic_to_float(model.graph)
     inits = {t.name for t in model.graph.initializer}
     n = fixed_batch(model)
     for vi in model.graph.input:          # a symbolic batch dimension is 1
@@ -2904,6 +3181,9 @@ def load(path):
         raise ModelError(path, f'ONNX shape inference failed: {e}') from None
     if qops:        # (_Reader: prepare says the model trains dequantized)
         inferred.metadata_props.add(key=_QOP_KEY, value=str(qops))
+    if dyn[0]:      # (_Reader: the weights' scales, which export recomputes)
+        import json
+        inferred.metadata_props.add(key=_DYN_KEY, value=json.dumps(dyn))
     return model, inferred
 
 
@@ -3018,21 +3298,24 @@ def _taps_back(trained, start, origin, vals) -> None:
     at the start: ModelError, as export_onnx's check)."""
     taps = {}
     for name in list(trained):
-        m = re.fullmatch(r'(.+)/tap(\d+)', name)
+        m = re.fullmatch(r'(.+)/(t?tap)(\d+)', name)
         if m and m.group(1) not in trained and (origin.get(m.group(1)) or ('',))[0] == 'plain':
-            taps.setdefault(m.group(1), {})[int(m.group(2))] = trained.pop(name)
-    for w, got in taps.items():
+            taps.setdefault((m.group(1), m.group(2)), {})[int(m.group(3))] = trained.pop(name)
+    for (w, kind), got in taps.items():
         _, init, steps = origin[w]
         full = apply_steps(vals[init], steps)
+        # (a CONV_3D's W [kd, kh, kw, C, O]: tap [O, kh, kw, C]; a CONV_3D_TRANSPOSE's
+        # [kd, kh, kw, O, C], spellings.conv3d_transpose_to_2d: 'ttap' [O, kh, kw, C])
+        perm = (3, 0, 1, 2) if kind == 'tap' else (2, 0, 1, 3)
         for i, v in got.items():
-            t0 = start.get(f'{w}/tap{i}')
-            if t0 is not None and not np.allclose(t0, full[i].transpose(3, 0, 1, 2),
+            t0 = start.get(f'{w}/{kind}{i}')
+            if t0 is not None and not np.allclose(t0, full[i].transpose(perm),
                                                   rtol=1e-5, atol=1e-6):
                 raise ModelError(w, f'tap {i} of the prepared model is not what the ONNX '
                                  'reader makes of its initializer; export cannot write it back')
-            full[i] = np.asarray(v, np.float64).reshape(t0.shape if t0 is not None else
-                                                        full[i].transpose(3, 0, 1, 2).shape
-                                                        ).transpose(1, 2, 3, 0)
+            full[i] = np.asarray(v, np.float64).reshape(
+                t0.shape if t0 is not None else full[i].transpose(perm).shape
+            ).transpose(np.argsort(perm))
         trained[w] = full
 
 
@@ -3094,6 +3377,19 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
             _, init, steps = o
             check(name, apply_steps(vals[init], steps).astype(np.float32))
             w = w.reshape(start[name].shape) if name in start else w
+            s0 = steps[0] if steps else ('',)
+            if s0[0] == 'dq' and len(s0) > 6 and name in start and \
+                    not np.array_equal(np.asarray(start[name], np.float64), w):
+                # a quantize_dynamic model's moved weight: at scales recomputed as its
+                # quantizer computes them (the file's kept where the weight did not move)
+                sc, zp = s0[6], s0[7]
+                axis = s0[3] % vals[init].ndim if np.size(s0[1]) > 1 else None
+                q, new[sc], z = _requantized(invert_steps(w, steps[1:]),
+                                             numpy_helper.to_array(inits[init]), s0[2], axis)
+                new[init] = q
+                if zp:
+                    new[zp] = z
+                continue
             if steps and steps[0][0] == 'part':
                 full = np.array(new.get(init, vals[init]), np.float64).reshape(-1)
                 full[steps[0][1]:steps[0][2]] = invert_steps(w, steps[1:]).reshape(-1)

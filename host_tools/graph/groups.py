@@ -72,8 +72,16 @@ def split_groups(g: Graph) -> int:
     int8 too: the parts keep the scales (a per-channel weight's and bias's scales sliced
     with them), the group outputs the output's.  The convolutions of one op train
     together: op itself is group 0's, the others name it (Operator.trains_with; ops keep
-    the file's number).  join_groups puts them back for export.  Returns how many."""
-    done = 0
+    the file's number).  A weight (and bias) several grouped convs read (a 3-D conv's
+    depth tap, read by every output frame: spellings.conv3d_to_conv2d) is split once,
+    its parts read by each of them, and the group convs train with the op they all train
+    with.  join_groups puts them back for export.  Returns how many."""
+    done, cut = 0, {}
+
+    def part(key, make):
+        if key not in cut:
+            cut[key] = make()
+        return cut[key]
     for op in list(g.ops):
         gr = _grouped(g, op)
         if gr is None:
@@ -84,10 +92,13 @@ def split_groups(g: Graph) -> int:
         w = g.tensors[op.inputs[1]]
         b = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else -1
         if w.shape[3] == 1:
-            dw = new_tensor(g, w.name + _AS_DW.format(G), [1] + w.shape[1:3] + [w.shape[0]],
-                            np.ascontiguousarray(np.asarray(w.data).transpose(3, 1, 2, 0)),
-                            dtype=w.dtype)
-            g.tensors[dw].quant = _quant_part(w.quant, 0, w.shape[0], axis=3)
+            def as_dw():
+                dw = new_tensor(g, w.name + _AS_DW.format(G), [1] + w.shape[1:3] + [w.shape[0]],
+                                np.ascontiguousarray(np.asarray(w.data).transpose(3, 1, 2, 0)),
+                                dtype=w.dtype)
+                g.tensors[dw].quant = _quant_part(w.quant, 0, w.shape[0], axis=3)
+                return dw
+            dw = part((op.inputs[1], 'dw', G), as_dw)
             op.name, op.code = 'DEPTHWISE_CONV_2D', OP_CODES['DEPTHWISE_CONV_2D']
             op.inputs = [x, dw, b]
             op.options = dict({k: v for k, v in op.options.items() if k in _DW_OPTIONS},
@@ -103,15 +114,21 @@ def split_groups(g: Graph) -> int:
         outs = []
         for j in range(G):
             lo, hi = j * n, (j + 1) * n
-            wj = new_tensor(g, w.name + _GROUP.format(j, G), [n] + w.shape[1:],
-                            np.array(w.data[lo:hi]), dtype=w.dtype)
-            g.tensors[wj].quant = _quant_part(w.quant, lo, hi)
-            bj = -1
-            if b >= 0:
+
+            def w_part():
+                wj = new_tensor(g, w.name + _GROUP.format(j, G), [n] + w.shape[1:],
+                                np.array(w.data[lo:hi]), dtype=w.dtype)
+                g.tensors[wj].quant = _quant_part(w.quant, lo, hi)
+                return wj
+
+            def b_part():
                 bt = g.tensors[b]
                 bj = new_tensor(g, bt.name + _GROUP.format(j, G), [n],
                                 np.array(np.asarray(bt.data).reshape(-1)[lo:hi]), dtype=bt.dtype)
                 g.tensors[bj].quant = _quant_part(bt.quant, lo, hi)
+                return bj
+            wj = part((op.inputs[1], j, G), w_part)
+            bj = part((b, j, G), b_part) if b >= 0 else -1
             yj = new_tensor(g, g.tensors[y].name + _GROUP.format(j, G),
                             g.tensors[y].shape[:3] + [n], like=y)
             outs.append(yj)
@@ -119,7 +136,7 @@ def split_groups(g: Graph) -> int:
                                            dict(op.options), src=op.src)
             c.inputs, c.outputs = [parts[j], wj, bj], [yj]
             if j:
-                c.trains_with = op
+                c.trains_with = getattr(op, 'trains_with', op)
             made.append(c)
         made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', outs, [y],
                              {'axis': 3, 'fused_activation_function': 'NONE'}, src=op.src))
@@ -148,9 +165,15 @@ def join_groups(g: Graph, weights=None):
     compares them with the file's).  int8: only where every group's output has the
     output's scale (else the split form stays: it computes the same).  Dead tensors
     stay (compact drops them).  Returns (weights, how many ops were joined)."""
-    w, done = dict(weights or {}), 0
+    w, done, made = dict(weights or {}), 0, {}
 
     def joined(ks, name, axis):
+        if tuple(ks) in made:       # (parts several convs read: joined once)
+            return made[tuple(ks)]
+        made[tuple(ks)] = k = _joined(ks, name, axis)
+        return k
+
+    def _joined(ks, name, axis):
         ts = [g.tensors[k] for k in ks]
         data = np.concatenate([np.asarray(t.data).reshape(t.shape) for t in ts], axis)
         k = new_tensor(g, name, data.shape, data, dtype=ts[0].dtype)
@@ -168,10 +191,13 @@ def join_groups(g: Graph, weights=None):
             G = g.tensors[op.inputs[0]].shape[-1]
             if not wt.name.endswith(_AS_DW.format(G)) or len(wt.shape) != 4:
                 continue
-            k = new_tensor(g, wt.name[:-len(_AS_DW.format(G))], [wt.shape[3]] + wt.shape[1:3] + [1],
-                           np.ascontiguousarray(np.asarray(wt.data).transpose(3, 1, 2, 0)),
-                           dtype=wt.dtype)
-            g.tensors[k].quant = _quant_part(wt.quant, 0, wt.shape[3], axis=0)
+            k = made.get(('dw', op.inputs[1]))    # (one several convs read: joined once)
+            if k is None:
+                k = made[('dw', op.inputs[1])] = new_tensor(
+                    g, wt.name[:-len(_AS_DW.format(G))], [wt.shape[3]] + wt.shape[1:3] + [1],
+                    np.ascontiguousarray(np.asarray(wt.data).transpose(3, 1, 2, 0)),
+                    dtype=wt.dtype)
+                g.tensors[k].quant = _quant_part(wt.quant, 0, wt.shape[3], axis=0)
             if op.inputs[1] in w:
                 w[k] = np.ascontiguousarray(np.asarray(w.pop(op.inputs[1])).reshape(
                     wt.shape).transpose(3, 1, 2, 0))

@@ -90,9 +90,22 @@ def validate(g: Graph):
                                f'fused op), {UNSUPPORTED}: convert it to the ops of its steps: '
                                + UNROLL)
         if op.name in ('CONV_3D', 'CONV_3D_TRANSPOSE'):
-            raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras Conv3D), '
+            raise PrepareError(f'{where}: op {op.number} is {op.name} (Keras '
+                               f'{"Conv3D" if op.name == "CONV_3D" else "Conv3DTranspose"}), '
                                f'{UNSUPPORTED} as it is (prepare spells a float CONV_3D '
-                               'with CONV_2Ds, unless --no-rewrite): ' + CONV3D_HINT)
+                               'with CONV_2Ds and a float CONV_3D_TRANSPOSE without dilation '
+                               'with TRANSPOSE_CONVs, unless --no-rewrite): ' + CONV3D_HINT)
+        if op.name == 'POW' and op.name not in SPECS and len(op.inputs) == 2 and \
+                g.tensors[op.inputs[0]].data is not None and \
+                g.tensors[op.inputs[1]].data is None:
+            c = np.asarray(g.tensors[op.inputs[0]].data, np.float64)
+            raise PrepareError(f'{where}: op {op.number} is POW of a constant base '
+                               f'{c.ravel()[:4].tolist()} and an activation exponent: '
+                               'utrain computes c ** y as exp(y ln c), which is pow\'s value '
+                               'and gradient for a base above 0 only (a base of 0 or below: '
+                               'pow is 0, inf or NaN there, and has no gradient in y); give '
+                               'a base above 0 (for (-c) ** y of a whole y: multiply c ** y '
+                               'by the sign yourself)')
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '

@@ -49,6 +49,8 @@ and returns how many changes it made:
 * conv3d_to_conv2d    a float CONV_3D -> a CONV_2D per output frame and depth tap (the
                       frames STRIDED_SLICEs, the taps' weights constants read by every
                       frame), ADDed, joined along H and RESHAPEd to the 5-D output.
+* conv3d_transpose_to_2d  a float CONV_3D_TRANSPOSE -> a TRANSPOSE_CONV per input frame and
+                      depth tap, summed into the output frame they reach, joined the same.
 * mirror_pads         a MIRROR_PAD (REFLECT, SYMMETRIC; ONNX's edge) -> a GATHER of the
                       input's rows per padded axis, which gathers_to_slices makes slices
                       and a CONCATENATION (float and int8).
@@ -77,7 +79,7 @@ from .qparams import dequantize
 from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
-from .spellings import (conv3d_to_conv2d, depth_to_space, padv2_to_pad, dilated_convs, elementwise_forms,
+from .spellings import (conv3d_to_conv2d, conv3d_transpose_to_2d, depth_to_space, padv2_to_pad, dilated_convs, elementwise_forms,
                         gathers_to_slices, mirror_pads, pack_to_concat,
                         reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
@@ -92,6 +94,7 @@ LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, T
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
           ('scaled_copies', scaled_copies, False),
           ('shapes', fold_shapes, True), ('conv3d', conv3d_to_conv2d, False),
+          ('conv3d_transpose', conv3d_transpose_to_2d, False),
           ('mirrors', mirror_pads, True), ('depth_space', depth_to_space, True),
           ('pads', padv2_to_pad, False),
           ('takes', gathers_to_slices, True),

@@ -585,6 +585,31 @@ def _pow_steps(g: Graph, x: int, e: float, name: str) -> list:
     return steps or [('MUL', [x, const('one', 1.0)], NO_ACTIVATION, None)]
 
 
+def _pow_of_activation(g: Graph, op: Operator) -> bool:
+    """POW(x, y) of an activation exponent y spelled: c ** y of a constant base c > 0 as
+    EXP(y * ln c) (ln c a frozen constant); x ** y of an activation base as EXP(y *
+    LOG(x)).  Both are TFLite's and ONNX's pow, value and gradient (dy: y x**(y-1), and
+    x**y ln x), where the base is positive, and where x = 0 and y != 0 (0, or inf); where
+    x < 0 (pow: NaN for a fractional y, and no gradient in y for a whole one) or x = y = 0
+    they give NaN, which stops a training run as diverged.  A constant base with an
+    element <= 0 is left as it is (passes.plan refuses it, saying so).  Returns whether
+    it spelled op."""
+    x, y = op.inputs
+    name = g.tensors[op.outputs[0]].name
+    if is_const(g, x):
+        c = np.asarray(g.tensors[x].data, np.float64)
+        if c.size == 0 or not np.all(c > 0) or not np.all(np.isfinite(c)):
+            return False
+        ln = new_tensor(g, f'{name}/log_base', list(g.tensors[x].shape),
+                        np.log(c).astype(np.float32))
+        g.tensors[ln].frozen = True
+        spell(g, op, [('MUL', [y, ln], NO_ACTIVATION, None), ('EXP', ['prev'], {}, None)])
+        return True
+    spell(g, op, [('LOG', [x], {}, list(g.tensors[x].shape)),
+                  ('MUL', [y, 'prev'], NO_ACTIVATION, None), ('EXP', ['prev'], {}, None)])
+    return True
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -597,10 +622,16 @@ def elementwise_forms(g: Graph) -> int:
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
     over them; POW(x, e) of a constant e (tf.pow, x ** e of a PyTorch export) -> MULs
     for a whole e (a DIV of 1 by them for a negative one), SQRT / RSQRT for +-0.5,
-    EXP(e * LOG(x)) for any other (_pow_steps).  Float tensors only.  Returns how many."""
+    EXP(e * LOG(x)) for any other (_pow_steps); POW of an activation exponent as EXP(y
+    LOG x) (_pow_of_activation).  Float tensors only.  Returns how many."""
     done = 0
     one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
+        if op.name == 'POW' and len(op.inputs) == 2 and not is_const(g, op.inputs[1]) and \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
+            if _pow_of_activation(g, op):
+                done += 1
+            continue
         if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
                 not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
                 np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
@@ -1001,7 +1032,9 @@ def conv3d_to_conv2d(g: Graph) -> int:
     slice of the weight (one constant per tap, read by every output frame: its gradient
     summed over them), the taps of an output frame ADDed (the op's activation on the
     last), the frames joined along H and RESHAPEd to [1, Do, Ho, Wo, O].  A depth tap
-    that falls in the depth padding reads zeros: it is left out.  Returns how many."""
+    that falls in the depth padding reads zeros: it is left out.  A grouped one (ONNX's
+    Conv of group G: weight [kd, kh, kw, C / G, O]) makes grouped CONV_2Ds ([O, kh, kw,
+    C / G]), which split_groups splits.  Returns how many."""
     done = 0
     for op in list(g.ops):
         if op.name != 'CONV_3D' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]) or \
@@ -1012,7 +1045,9 @@ def conv3d_to_conv2d(g: Graph) -> int:
         x, y = op.inputs[0], op.outputs[0]
         _, D, H, W, C = g.tensors[x].shape
         Wt = np.asarray(g.tensors[op.inputs[1]].data, np.float32)
-        kd, kh, kw, _, O = Wt.shape
+        kd, kh, kw, Cg, O = Wt.shape      # (Cg = C / groups: each tap a grouped CONV_2D)
+        if C % Cg or O % (C // Cg):
+            continue
         sd, sh, sw = (int(o.get(f'stride_{a}', 1) or 1) for a in 'dhw')
         dd, dh, dw = (int(o.get(f'dilation_{a}_factor', 1) or 1) for a in 'dhw')
         same = o.get('padding') == 'SAME'
@@ -1042,7 +1077,7 @@ def conv3d_to_conv2d(g: Graph) -> int:
         x4 = step('RESHAPE', [x], [1, D * H, W, C])
         make_reshape(g, made[-1], [1, D * H, W, C])
         # (named after the weight: export maps a tap back into it, export_onnx)
-        taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/tap{i}', [O, kh, kw, C],
+        taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/tap{i}', [O, kh, kw, Cg],
                            np.ascontiguousarray(Wt[i].transpose(3, 0, 1, 2)))
                 for i in range(kd)]
         frames, outs, first = {}, [], None
@@ -1075,6 +1110,131 @@ def conv3d_to_conv2d(g: Graph) -> int:
                     'ADD', [acc, c], [1, Ho, Wo, O], fused_activation_function=o.get(
                         'fused_activation_function', 'NONE') if last else 'NONE')
             outs.append(acc)
+        joined = outs[0] if Do == 1 else step('CONCATENATION', outs, [1, Do * Ho, Wo, O],
+                                              axis=1, fused_activation_function='NONE')
+        made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))
+        make_reshape(g, made[-1], [1, Do, Ho, Wo, O])
+        replace_op(g, op, made)
+        renumber(g)
+        done += 1
+    return done
+
+
+def conv3d_transpose_to_2d(g: Graph) -> int:
+    """A float CONV_3D_TRANSPOSE (Keras Conv3DTranspose; an ONNX ConvTranspose of three
+    spatial dimensions) [1, D, H, W, C] with weight [kd, kh, kw, O, C] -> a TRANSPOSE_CONV
+    per input frame and depth tap: output frame f (of the full transposed convolution, the
+    depth padding's begin on) is the sum over the taps i and input frames d with
+    d * stride_d + i = f of frame d (a STRIDED_SLICE of the input seen as [1, D*H, W, C])
+    transposed-convolved with the tap's [O, kh, kw, C] slice of the weight (one constant
+    per tap, 'W/ttap{i}', read by every frame: its gradient summed over them), ADDed (the
+    bias in each frame's first, the op's activation on its last); H and W as TFLite's
+    TRANSPOSE_CONV computes them (SAME or VALID at the output's size where TensorFlow's
+    sizes allow it, so that TFLite runs the exported graph; else, ONNX's other pads and
+    output_padding, VALID to the full size, cut by a STRIDED_SLICE); an output frame no tap reaches
+    (stride_d > kd) is the bias (a TRANSPOSE_CONV of a frozen zero tap, the bias trains
+    there too).  The frames are joined along H and RESHAPEd to [1, Do,
+    Ho, Wo, O].  Dilation and groups are left as they are (refused).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'CONV_3D_TRANSPOSE' or len(op.inputs) < 3 or \
+                not is_const(g, op.inputs[1]) or g.tensors[op.outputs[0]].dtype != 'float32' \
+                or len(g.tensors[op.inputs[2]].shape) != 5:
+            continue
+        o = op.options
+        x, y = op.inputs[2], op.outputs[0]
+        _, D, H, W, C = g.tensors[x].shape
+        Wt = np.asarray(g.tensors[op.inputs[1]].data, np.float32)
+        kd, kh, kw, O, C2 = Wt.shape
+        ys = list(g.tensors[y].shape)
+        if C2 != C or len(ys) != 5 or ys[4] != O or any(
+                int(o.get(f'dilation_{a}_factor', 1) or 1) != 1 for a in 'dhw'):
+            continue
+        _, Do, Ho, Wo, _ = ys
+        sd, sh, sw = (int(o.get(f'stride_{a}', 1) or 1) for a in 'dhw')
+        begin = getattr(op, 'tpads3d', None)    # (ONNX's pads begin: d, h, w)
+        if begin is None:       # (TFLite's: the pad of the convolution it is the transpose of)
+            begin = [same_pads(n, k, s, 1)[0] if o.get('padding') == 'SAME' else 0
+                     for n, k, s in ((Do, kd, sd), (Ho, kh, sh), (Wo, kw, sw))]
+        bd, bh, bw = begin
+        # (each TRANSPOSE_CONV of a size TensorFlow's own rules allow, so that TFLite runs
+        # the exported graph as utrain does: SAME where in = ceil(out / s), VALID where
+        # out is the full size to its s - 1 rows past it; else VALID to the full size, or
+        # to the pads' begin plus the output where that is more, and a STRIDED_SLICE)
+        full = [(H - 1) * sh + kh, (W - 1) * sw + kw]
+        if [bh, bw] == [same_pads(Ho, kh, sh, 1)[0], same_pads(Wo, kw, sw, 1)[0]] and \
+                [-(-Ho // sh), -(-Wo // sw)] == [H, W]:
+            pad, big = 'SAME', [1, Ho, Wo, O]
+        elif [bh, bw] == [0, 0] and full[0] <= Ho < full[0] + sh and full[1] <= Wo < full[1] + sw:
+            pad, big = 'VALID', [1, Ho, Wo, O]
+        else:
+            pad, big = None, [1, max(full[0], bh + Ho), max(full[1], bw + Wo), O]
+            if big[1] >= full[0] + sh or big[2] >= full[1] + sw:
+                continue        # (rows past what any tap reaches: left as it is)
+        bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else -1
+        act = o.get('fused_activation_function', 'NONE')
+        name, made = g.tensors[y].name, []
+
+        def step(op_name, ins, shape, **opts):
+            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shape)
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
+            return out
+        x4 = step('RESHAPE', [x], [1, D * H, W, C])
+        make_reshape(g, made[-1], [1, D * H, W, C])
+        # (named after the weight: export maps a tap back into it, export_onnx)
+        taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/ttap{i}', [O, kh, kw, C],
+                           np.ascontiguousarray(Wt[i].transpose(2, 0, 1, 3)))
+                for i in range(kd)]
+        shape = new_tensor(g, f'{name}/frame_shape', [4], np.array(big, np.int32))
+        frames, outs, first, zero = {}, [], None, None
+        for od in range(Do):
+            f = od + bd
+            live = [(i, (f - i) // sd) for i in range(kd)
+                    if (f - i) % sd == 0 and 0 <= (f - i) // sd < D]
+            acc = None
+            for n, (i, d) in enumerate(live):
+                if d not in frames:
+                    fr = new_tensor(g, f'{name}/frame{d}', [1, H, W, C])
+                    made.append(slice_op(g, x4, fr, f'{name}/frame{d}', [0, d * H, 0, 0],
+                                         [1, (d + 1) * H, W, C], [1, 1, 1, 1], op.src))
+                    frames[d] = fr
+                last = n == len(live) - 1
+                c = step('TRANSPOSE_CONV', [shape, taps[i], frames[d]] + (
+                    [bias] if n == 0 and bias >= 0 else []), big, padding=pad or 'VALID',
+                    stride_h=sh, stride_w=sw,
+                    fused_activation_function=act if last and n == 0 else 'NONE')
+                conv = made[-1]
+                if first is None:   # (op itself, rewritten in place: --train and --ranks
+                    first = conv    # select by identity; the other convs train with it)
+                    op.name, op.code, op.inputs, op.outputs, op.options = \
+                        conv.name, conv.code, conv.inputs, conv.outputs, conv.options
+                    made[-1] = op
+                else:
+                    conv.trains_with = op
+                acc = c if acc is None else step('ADD', [acc, c], big,
+                                                 fused_activation_function=act if last else 'NONE')
+            if acc is None:         # (no tap reaches it: the bias alone, as a TRANSPOSE_CONV
+                # of a frozen zero tap, so that the bias trains there too)
+                if 0 not in frames:
+                    frames[0] = new_tensor(g, f'{name}/frame0', [1, H, W, C])
+                    made.append(slice_op(g, x4, frames[0], f'{name}/frame0', [0, 0, 0, 0],
+                                         [1, H, W, C], [1, 1, 1, 1], op.src))
+                if zero is None:
+                    zero = new_tensor(g, f'{g.tensors[op.inputs[1]].name}/zero_tap',
+                                      [O, kh, kw, C], np.zeros((O, kh, kw, C), np.float32))
+                    g.tensors[zero].frozen = True
+                acc = step('TRANSPOSE_CONV', [shape, zero, frames[0]] + (
+                    [bias] if bias >= 0 else []), big, padding=pad or 'VALID', stride_h=sh,
+                    stride_w=sw, fused_activation_function=act)
+                made[-1].trains_with = op
+            if not pad:
+                cut = new_tensor(g, f'{name}/cut{od}', [1, Ho, Wo, O])
+                made.append(slice_op(g, acc, cut, f'{name}/cut{od}', [0, bh, bw, 0],
+                                     [1, bh + Ho, bw + Wo, O], [1, 1, 1, 1], op.src))
+                acc = cut
+            outs.append(acc)
+        if first is None:       # (no frame any tap reaches: left as it is)
+            continue
         joined = outs[0] if Do == 1 else step('CONCATENATION', outs, [1, Do * Ho, Wo, O],
                                               axis=1, fused_activation_function='NONE')
         made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [joined], [y], {}, src=op.src))

@@ -489,8 +489,21 @@ def dropped_outputs(model_path, g) -> list:
         'scales, rounded' + (' (the int8 weights and int32 biases of the QOperator ops)'
                              if qop else '') + ' (a change under half a step is lost: '
         'export the float model instead where you have it, and quantize it again)'
-        for q, w in [getattr(g, 'onnx_qdq', None) or (0, 0)] if q or w
-        for qop in [getattr(g, 'onnx_qop', 0)]]
+        for q, w in [getattr(g, 'onnx_qdq', None) or (0, 0)] if (q or w)
+        and not getattr(g, 'onnx_dynamic', 0)
+        for qop in [getattr(g, 'onnx_qop', 0)]] + [
+        f'{model_path}: a model of onnxruntime\'s quantize_dynamic: its {dyn} ConvInteger / '
+        'MatMulInteger ops (their activations quantized at run time by '
+        'DynamicQuantizeLinear) and quantized tables (a Gather of int8 / uint8 rows) read '
+        'as the float Conv / MatMul of the activation and the weight\'s DequantizeLinear, '
+        f'the Gather of the table\'s: it trains dequantized, in float32, its {w} integer '
+        'weights as their float values (the forward differs from ONNX Runtime\'s by the '
+        'activations\' rounding); export writes a moved weight back as the file\'s int8 / '
+        'uint8 at a scale (and zero point) recomputed from it as quantize_dynamic computes '
+        'them (per channel where the file\'s are), into the same integer ops; a weight that '
+        'did not move keeps the file\'s bytes'
+        for dyn in [getattr(g, 'onnx_dynamic', 0)] if dyn
+        for _, w in [getattr(g, 'onnx_qdq', None) or (0, 0)]]
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
