@@ -506,6 +506,26 @@ def _at(g: Graph, chain, x: int, v: float):
     return np.broadcast_to(val, g.tensors[x].shape)
 
 
+def constant_masks(g: Graph) -> int:
+    """A SELECT / SELECT_V2 whose condition is a bool constant (Keras's MultiHeadAttention
+    with use_causal_mask: FILL of true, LOGICAL_AND with the triangle, both folded by
+    fold_shapes) -> the same select reading a float32 1.0 / 0.0 copy of it: utrain holds a
+    condition as such a mask (op_sel), and prepare had refused the bool tensor ('utrain
+    trains float32 models').  Returns how many."""
+    done = 0
+    for sel in g.ops:
+        if sel.name not in ('SELECT', 'SELECT_V2') or not sel.inputs or \
+                not is_const(g, sel.inputs[0]) or g.tensors[sel.inputs[0]].dtype != 'bool':
+            continue
+        c = g.tensors[sel.inputs[0]]
+        sel.inputs = [new_tensor(g, c.name + '/mask', c.shape,
+                                 np.asarray(c.data).reshape(c.shape).astype(np.float32))
+                      ] + sel.inputs[1:]
+        g.tensors[sel.inputs[0]].frozen = True
+        done += 1
+    return done
+
+
 def selects_to_relu(g: Graph) -> int:
     """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
     GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +
