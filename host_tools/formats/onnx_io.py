@@ -2225,6 +2225,17 @@ class _Reader(RecurrentOps):
             return
         self.emit('SOFTMAX', [x], [self.out(n, 'plain', s)], beta=1.0)
 
+    def op_CumSum(self, node, ins, a, i):
+        """A running total along a constant axis (torch.cumsum): TFLite's CUMSUM, which
+        spellings.cumsums_to_fc makes a FULLY_CONNECTED by a frozen triangle."""
+        v = ins[0]
+        s = self.oshape(v)
+        axis = int(np.asarray(self.cval(ins[1], 'the axis')).reshape(-1)[0]) % len(s)
+        n = node.output[0]
+        self.emit('CUMSUM', [self.get(v, 'plain'), self.tensor(n + '/axis', [], np.array(axis, np.int32))],
+                  [self.out(n, 'plain', s)], exclusive=bool(a.get('exclusive', 0)),
+                  reverse=bool(a.get('reverse', 0)))
+
     def op_LogSoftmax(self, node, ins, a, i):
         # (only as the model's last op: ir.drop_final_log_softmax trains its logits)
         v = ins[0]

@@ -506,6 +506,49 @@ def _at(g: Graph, chain, x: int, v: float):
     return np.broadcast_to(val, g.tensors[x].shape)
 
 
+def cumsums_to_fc(g: Graph) -> int:
+    """CUMSUM of an activation along a constant axis (tf.math.cumsum, torch.cumsum: a
+    running total over time) -> a FULLY_CONNECTED by a frozen 0 / 1 triangle [T, T] over
+    that axis, moved last by TRANSPOSEs where it is not (exclusive and reverse pick the
+    triangle's side and diagonal): the same sums, and its gradient the reverse running
+    total.  Float graphs (int8: no such pass).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'CUMSUM' or len(op.inputs) != 2 or is_const(g, op.inputs[0]) or \
+                not is_const(g, op.inputs[1]):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X = list(g.tensors[x].shape)
+        ax = int(np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)[0]) % max(len(X), 1)
+        T, name = X[ax], g.tensors[y].name
+        i, j = np.meshgrid(np.arange(T), np.arange(T))      # W[j, i]: y_j += x_i
+        rev, exc = bool(op.options.get('reverse')), bool(op.options.get('exclusive'))
+        keep = (i > j if exc else i >= j) if rev else (i < j if exc else i <= j)
+        w = new_tensor(g, name + '/triangle', [T, T], keep.astype(np.float32))
+        g.tensors[w].frozen = True
+        fc = dict(NO_ACTIVATION, keep_num_dims=True, weights_format='DEFAULT',
+                  asymmetric_quantize_inputs=False)
+        if ax == len(X) - 1:
+            made = [Operator(-1, OP_CODES['FULLY_CONNECTED'], 'FULLY_CONNECTED', [x, w, -1], [y],
+                             fc, src=op.src)]
+        else:
+            p = [d for d in range(len(X)) if d != ax] + [ax]
+            q = list(np.argsort(p))
+            xt = new_tensor(g, name + '/moved', [X[d] for d in p], like=x)
+            yt = new_tensor(g, name + '/sums', [X[d] for d in p], like=y)
+            made = [Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE',
+                             [x, new_tensor(g, name + '/perm', [len(p)], np.int32(p))], [xt], {},
+                             src=op.src),
+                    Operator(-1, OP_CODES['FULLY_CONNECTED'], 'FULLY_CONNECTED', [xt, w, -1], [yt],
+                             fc, src=op.src),
+                    Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE',
+                             [yt, new_tensor(g, name + '/back', [len(q)], np.int32(q))], [y], {},
+                             src=op.src)]
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
 def constant_masks(g: Graph) -> int:
     """A SELECT / SELECT_V2 whose condition is a bool constant (Keras's MultiHeadAttention
     with use_causal_mask: FILL of true, LOGICAL_AND with the triangle, both folded by

@@ -604,6 +604,10 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     summary = {'model': os.path.abspath(model_path), 'flat_bytes': wrote['flat_bytes'],
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
                'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
+               # constants that are no parameter (Tensor.frozen, which rewritten.circle does
+               # not carry: fromfloat's int8 graph is read from it)
+               'frozen_constants': sorted(t.name for t in g.tensors
+                                          if t.frozen and t.data is not None),
                'frozen_params': int(sum(t.data.size for t in g.tensors
                                         if t.data is not None and t.index not in p.params
                                         and t.dtype == 'float32' and t.index in p.last_use)),
