@@ -77,7 +77,7 @@ from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
 from .spellings import (conv3d_to_conv2d, depth_space, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms,
                         gathers_to_slices, mirror_pads, pack_to_concat,
-                        constant_masks, cumsums_to_fc, reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
+                        constant_masks, cumsums_to_fc, gapped_means, reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
@@ -102,6 +102,7 @@ PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, Fa
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('unit_reductions', unit_reductions, True),
+          ('gapped_means', gapped_means, False),
           ('min_reductions', reduce_min_to_max, False), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
           ('separable_biases', separable_biases, False),

@@ -764,6 +764,47 @@ def elementwise_forms(g: Graph) -> int:
     return done
 
 
+def gapped_means(g: Graph) -> int:
+    """A float MEAN or SUM whose reduced axes (size-1 axes aside) are not one run (Keras's
+    GroupNormalization: moments over axes [1, 2, 4] of [1, H, W, groups, C / groups]) ->
+    a TRANSPOSE moving the kept axes first and the reduced last (each in its order), the
+    reduction over the trailing run, a RESHAPE to the output's shape (keep_dims or not):
+    utrain reduces one run of axes, and prepare had refused it ('the reduced axes must be
+    adjacent').  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('MEAN', 'SUM') or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or g.tensors[op.inputs[0]].dtype != 'float32':
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X = list(g.tensors[x].shape)
+        axes = {a % max(len(X), 1) for a in const_ints(g, op.inputs[1])}
+        flags = [d in axes for d in range(len(X)) if X[d] != 1]
+        if True not in flags:
+            continue
+        first, last = flags.index(True), len(flags) - 1 - flags[::-1].index(True)
+        if all(flags[first:last + 1]):
+            continue
+        kept = [d for d in range(len(X)) if d not in axes]
+        red = sorted(axes)
+        p = kept + red
+        name = g.tensors[y].name
+        xt = new_tensor(g, name + '/moved', [X[d] for d in p], like=x)
+        r = new_tensor(g, name + '/reduced', [X[d] for d in kept], like=y)
+        made = [Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE',
+                         [x, new_tensor(g, name + '/perm', [len(p)], np.int32(p))], [xt], {},
+                         src=op.src),
+                Operator(-1, op.code, op.name,
+                         [xt, new_tensor(g, name + '/axes', [len(red)],
+                                         np.int32(list(range(len(kept), len(p)))))], [r],
+                         {'keep_dims': False}, src=op.src),
+                Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [r], [y], {}, src=op.src)]
+        make_reshape(g, made[2], list(g.tensors[y].shape))
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
 def unit_reductions(g: Graph) -> int:
     """A MEAN, SUM, REDUCE_MAX, REDUCE_MIN or REDUCE_PROD whose reduced axes all have
     size 1 (tf.clip_by_norm's REDUCE_MAX of a [1, 1] norm) -> a RESHAPE (a SQUEEZE to a
