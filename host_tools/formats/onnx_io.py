@@ -1208,6 +1208,11 @@ class _Reader(RecurrentOps):
         self._unary_chain(node, ins, lambda x, y, b: self._ir(
             'MUL', [x, self._scalar(b + '/minus_one', -1.0)], y))
 
+    def op_Reciprocal(self, node, ins, a, i):
+        """1 / x (torch.reciprocal): DIV of the constant 1 by x."""
+        self._unary_chain(node, ins, lambda x, y, b: self._ir(
+            'DIV', [self._scalar(b + '/one', 1.0), x], y))
+
     def op_Abs(self, node, ins, a, i):
         self._unary_chain(node, ins, self._abs)
 

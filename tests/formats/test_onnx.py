@@ -2116,3 +2116,29 @@ def test_a_string_attribute_not_utf8_is_refused_by_name(tmp_path):
     onnx.save(m, p)
     with pytest.raises(ModelError, match='pad.onnx: node the_odd_one.*mode refl\ufffdect: utrain pads with a constant, a reflection'):
         read_model(p)
+
+
+def test_reciprocal_node_runs_and_passes_its_gradient(tmp_path):
+    """torch.reciprocal (ONNX Reciprocal) had been refused ('cannot read ONNX op
+    Reciprocal'): read as DIV of the constant 1 by x.  utrain's forward = 1 / h, the
+    gradient of the MatMul's weight x^T (dy * -1 / h^2)."""
+    from utrain.sink import Sums
+    p = _tiny(os.fspath(tmp_path / 'r.onnx'), 'Reciprocal')
+    rng = np.random.default_rng(0)
+    x = (np.sign(rng.standard_normal((6, 4))) * (0.5 + rng.random((6, 4)))).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x)
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', epochs=1, lr=0.01,
+            log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, x), 1 / x.astype(np.float64), rtol=1e-5, atol=1e-6)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(x[:1])
+    tr.net.forward(True)
+    dy = np.array([[0.5, -1.0, 2.0, 0.25]])
+    tr.net.backward(dy.astype(np.float32))
+    (k,) = tr.net.trainable
+    h = x[0].astype(np.float64)
+    want = np.outer(dy[0] * -1 / h ** 2, h)     # [out, in], as an FC's weight
+    got = np.asarray(tr.net.sink.acc[k]).reshape(4, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
