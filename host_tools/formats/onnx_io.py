@@ -2123,9 +2123,12 @@ class _Reader(RecurrentOps):
         sk = self.tensor(base + '/bn_scale', cshape, s.reshape(cshape).astype(np.float32))
         bk = self.tensor(base + '/bn_shift', cshape, b.reshape(cshape).astype(np.float32))
         sn, bn = self.tensors[sk].name, self.tensors[bk].name
+        # (mean and var: their values, as a constant of any spelling: torch.onnx writes a
+        # fresh BatchNorm1d's running_var as an Identity of its weight, both ones, and its
+        # running_mean of its bias; export had said 'comes from no initializer')
         info = dict(scale=ins[1], B=ins[2], mean=ins[3], var=ins[4], eps=eps,
-                    scale_tensor=sn, shape=cshape)
-        if all(u in self.inits for u in ins[1:5]):
+                    scale_tensor=sn, shape=cshape, mean_v=mean, var_v=var)
+        if all(u in self.inits for u in ins[1:3]):
             self.origin[sn] = ('bn_scale', info)
             self.origin[bn] = ('bn_shift', info)
         mid = self.tensor(node.output[0] + '/bn_scaled', self.tensors[x].shape)
@@ -3124,7 +3127,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
             bn_done.add(key)
             shift_name = [n for n, v in origin.items() if v[0] == 'bn_shift'
                           and v[1]['scale_tensor'] == key][0]
-            var, mean = vals[info['var']], vals[info['mean']]
+            var, mean = info['var_v'], info['mean_v']
             sd = np.sqrt(var + info['eps'])
             s0 = vals[info['scale']] / sd
             b0 = vals[info['B']] - mean * s0
@@ -3140,6 +3143,17 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         kept = [x for x in node.attribute if x.name != at]
         del node.attribute[:]
         node.attribute.extend(kept + [helper.make_attribute(at, [float(f) for f in v])])
+    # an initializer written that an Identity node also reads (torch.onnx's dedup of
+    # equal initializers: a fresh BatchNorm's running_var = Identity(weight)): the
+    # Identity's output becomes an initializer of the old value, which it was
+    # (after the attributes: their keys are node positions)
+    for k in range(len(orig.graph.node) - 1, -1, -1):
+        node = orig.graph.node[k]
+        if node.op_type == 'Identity' and node.domain in ('', 'ai.onnx') and \
+                node.input[0] in new and node.input[0] in inits and node.output[0] not in inits:
+            t = numpy_helper.from_array(numpy_helper.to_array(inits[node.input[0]]), node.output[0])
+            orig.graph.initializer.append(t)
+            del orig.graph.node[k]
     for init, arr in new.items():
         t = inits[init]
         dt = numpy_helper.to_array(t).dtype

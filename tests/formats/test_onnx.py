@@ -2142,3 +2142,33 @@ def test_reciprocal_node_runs_and_passes_its_gradient(tmp_path):
     want = np.outer(dy[0] * -1 / h ** 2, h)     # [out, in], as an FC's weight
     got = np.asarray(tr.net.sink.acc[k]).reshape(4, 4)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_batchnorm1d_whose_stats_are_identities_of_its_params_exports(tmp_path):
+    """torch.onnx writes a fresh BatchNorm1d (after a Linear: a Gemm, no conv to fold into)
+    with running_var = Identity(weight) and running_mean = Identity(bias): equal
+    initializers deduplicated.  Its scale and shift trained, and export refused them
+    ('comes from no initializer'); written back, the Identity must not carry the trained
+    weight into the variance: ORT on the export = utrain's trained forward."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((6, 4))).astype(np.float32)
+    w2 = (0.6 * r.standard_normal((3, 6))).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [6, 4], w.ravel()),
+             helper.make_tensor('bn.weight', T.FLOAT, [6], np.ones(6, np.float32)),
+             helper.make_tensor('bn.bias', T.FLOAT, [6], np.zeros(6, np.float32)),
+             helper.make_tensor('w2', T.FLOAT, [3, 6], w2.ravel())]
+    nodes = [helper.make_node('Identity', ['bn.weight'], ['bn.running_var']),
+             helper.make_node('Identity', ['bn.bias'], ['bn.running_mean']),
+             helper.make_node('Gemm', ['x', 'w'], ['a'], transB=1),
+             helper.make_node('BatchNormalization', ['a', 'bn.weight', 'bn.bias', 'bn.running_mean',
+                                                     'bn.running_var'], ['n'], name='bn'),
+             helper.make_node('Tanh', ['n'], ['h']),
+             helper.make_node('Gemm', ['h', 'w2'], ['y'], transB=1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], inits)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    p, d, s, out = _trained_and_exported(tmp_path, g, 'bn1d.onnx', xs, xs[:, :3] * 2, 0.1)
+    assert any(n.endswith('bn_scale') for n in s['trainable']), s['trainable']
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3        # (it trained)
