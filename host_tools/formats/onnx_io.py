@@ -494,6 +494,20 @@ def _fold(node, vals, a):
             sizes = [-(-x.shape[ax] // n)] * n
             sizes[-1] = x.shape[ax] - sum(sizes[:-1])
         return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=ax))
+    if t == 'Clip':             # (F.normalize's eps floor of a weight's norm)
+        lo = vals[1] if len(vals) > 1 and vals[1] is not None else a.get('min', -np.inf)
+        hi = vals[2] if len(vals) > 2 and vals[2] is not None else a.get('max', np.inf)
+        return np.clip(x, lo, hi).astype(x.dtype)
+    if t in ('Relu', 'Sigmoid', 'Tanh', 'Softplus'):
+        f = {'Relu': lambda v: np.maximum(v, 0), 'Sigmoid': lambda v: 1 / (1 + np.exp(-v)),
+             'Tanh': np.tanh, 'Softplus': lambda v: np.logaddexp(0, v)}[t]
+        return f(x).astype(x.dtype)
+    if t in ('ReduceL2', 'ReduceMean', 'ReduceSumSquare'):
+        f = {'ReduceL2': lambda v, **k: np.sqrt(np.sum(v * v, **k)), 'ReduceMean': np.mean,
+             'ReduceSumSquare': lambda v, **k: np.sum(v * v, **k)}[t]
+        axes = a.get('axes') if len(vals) < 2 or vals[1] is None else [int(v) for v in vals[1]]
+        return f(x, axis=tuple(axes) if axes else None,
+                 keepdims=bool(a.get('keepdims', 1))).astype(x.dtype)
     if t in ('ReduceProd', 'ReduceSum', 'ReduceMax', 'ReduceMin'):
         f = {'ReduceProd': np.prod, 'ReduceSum': np.sum, 'ReduceMax': np.max,
              'ReduceMin': np.min}[t]
@@ -504,6 +518,12 @@ def _fold(node, vals, a):
 
 
 # --------------------------------------------------------------------------- reader
+
+# ops on weights that export cannot map a trained value back through (not a reshape, a
+# transpose or a cast): a weight computed by them on the host is frozen (_Reader.derived)
+_NOT_INVERTED = ('Clip', 'ReduceL2', 'ReduceMean', 'ReduceSumSquare', 'Sqrt', 'Div', 'Max',
+                 'Min', 'Relu', 'Sigmoid', 'Tanh', 'Softplus', 'Exp', 'Log', 'Abs',
+                 'Reciprocal', 'Expand')
 
 # ops that only select or reshape their first input: a zero initializer read only by them
 # is a state, not a parameter (_Reader.run)
@@ -540,6 +560,11 @@ class _Reader(RecurrentOps):
         self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
         self.node = None
+        # constants folded from initializers through ops export cannot map a trained value
+        # back through (F.normalize of a cosine classifier's weight): value -> (its
+        # initializers, the ops): frozen, and prepare says so (pipeline.dropped_outputs)
+        self.derived: dict = {}
+        self.computed_frozen: list = []
 
     # ---- errors and tensors
     def err(self, msg):
@@ -588,6 +613,10 @@ class _Reader(RecurrentOps):
             # (a fill of a run-time shape, an SB3 policy's ones_like times exp(log_std):
             # no weight of the model's maker, frozen as a folded FILL is in a .tflite)
             self.tensors[k].frozen = True
+        elif name in self.derived:
+            self.tensors[k].frozen = True
+            inits, ops = self.derived[name]
+            self.computed_frozen.append((self.tensors[k].name, sorted(inits), ops))
         elif name in self.const and name not in self.inits and v.dtype.kind == 'f':
             self.origin[self.tensors[k].name] = ('computed', name)
         return k
@@ -800,6 +829,7 @@ class _Reader(RecurrentOps):
         gr.onnx_origin = self.origin
         # [(output name, why)]: outputs left out, each needing a node utrain cannot read
         gr.onnx_dropped = self.dropped
+        gr.onnx_computed_frozen = self.computed_frozen
         gr.onnx_unread = self.unread       # inputs only those outputs read
         gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
         gr.onnx_qop = next((int(p.value) for p in self.model.metadata_props
@@ -901,6 +931,17 @@ class _Reader(RecurrentOps):
             if t == 'ConstantOfShape' or all(self._no_param(v) for v in present) or \
                     zero_fill:
                 self.fills.add(node.output[0])     # (torch.ones_like(x): no parameter)
+            elif t in _NOT_INVERTED or any(v in self.derived for v in present):
+                inits, ops = set(), [t]
+                for v in present:
+                    if v in self.derived:
+                        inits |= self.derived[v][0]
+                        ops = self.derived[v][1] + [o for o in ops if o not in self.derived[v][1]]
+                    elif (v in self.inits or v in self.reshaped) and \
+                            np.asarray(self.const[v]).dtype.kind == 'f' and np.size(self.const[v]) > 1:
+                        inits.add(v if v in self.inits else self.reshaped[v][0])
+                if inits:
+                    self.derived[node.output[0]] = (inits, ops)
             src = ins[0] if ins else None
             if zero_fill is None:       # (x + 0, a zero state's: x as it is)
                 src = next((v for v in present if v not in self.fills), None)

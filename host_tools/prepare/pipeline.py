@@ -472,6 +472,13 @@ def dropped_outputs(model_path, g) -> list:
         f'{model_path}: input {name!r} is read only by outputs left out: the run takes no '
         'samples of it (evaluate gives ONNX Runtime zeros for it)'
         for name in getattr(g, 'onnx_unread', ())] + [
+        f'{model_path}: weight {name!r} is computed in the graph from the initializer'
+        f'{"s" * (len(inits) > 1)} {", ".join(repr(i) for i in inits)} by {", ".join(ops)} '
+        '(e.g. F.normalize of a cosine classifier\'s weight): utrain computes it once and '
+        'keeps it frozen, as export cannot write a trained value back through those ops; '
+        'the other layers train (to train it, export the layer with its weight an '
+        'initializer read directly)'
+        for name, inits, ops in getattr(g, 'onnx_computed_frozen', ())] + [
         f'{model_path}: op {n} (CONCATENATION) ends the model in the two probabilities '
         f'(1 - p, p) of the sigmoid before it: utrain trains p, the probability of class 1 '
         f'(bce on class numbers 0 and 1); the exported model keeps both'

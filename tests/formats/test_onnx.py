@@ -2172,3 +2172,49 @@ def test_batchnorm1d_whose_stats_are_identities_of_its_params_exports(tmp_path):
     assert any(n.endswith('bn_scale') for n in s['trainable']), s['trainable']
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3        # (it trained)
+
+
+def test_weight_normalized_in_the_graph_is_computed_once_and_frozen(tmp_path):
+    """A cosine classifier: F.normalize(W) in the graph (ReduceL2, Clip, Expand, Div of the
+    initializer W) before the MatMul.  prepare had refused it ('node (Clip): cannot fold
+    this op on constants', nothing said of what to do); now the normalized weight is
+    computed on the host and frozen (export cannot write a trained value back through a
+    normalization), which prepare says; the encoder trains, and ORT on the export (W as
+    it was) = utrain's trained forward."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    e = (0.6 * r.standard_normal((5, 4))).astype(np.float32)
+    W = r.standard_normal((3, 5)).astype(np.float32)
+    inits = [helper.make_tensor('e', T.FLOAT, [5, 4], e.ravel()),
+             helper.make_tensor('W', T.FLOAT, [3, 5], W.ravel()),
+             helper.make_tensor('eps', T.FLOAT, [], [1e-12]),
+             helper.make_tensor('shape', T.INT64, [2], [3, 5])]
+    nodes = [helper.make_node('Gemm', ['x', 'e'], ['a'], transB=1),
+             helper.make_node('Tanh', ['a'], ['h']),
+             helper.make_node('ReduceL2', ['W'], ['n'], axes=[1], keepdims=1),
+             helper.make_node('Clip', ['n', 'eps', ''], ['nc']),
+             helper.make_node('Expand', ['nc', 'shape'], ['ne']),
+             helper.make_node('Div', ['W', 'ne'], ['wn']),
+             helper.make_node('Transpose', ['wn'], ['wt'], perm=[1, 0]),
+             helper.make_node('MatMul', ['h', 'wt'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], inits)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    said = []
+    from onnx import helper as hp
+    p = os.fspath(tmp_path / 'cos.onnx')
+    onnx.save(hp.make_model(g, opset_imports=[hp.make_opsetid('', 13)]), p)
+    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
+                epochs=2, log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert list(s['trainable']) == ['e'], s['trainable']
+    assert any("computed in the graph from the initializer 'W'" in m and 'frozen' in m
+               for m in said), said
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3        # (e trained)
