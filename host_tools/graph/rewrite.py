@@ -77,7 +77,7 @@ from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
 from .spellings import (conv3d_to_conv2d, depth_space, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms,
                         gathers_to_slices, mirror_pads, pack_to_concat,
-                        constant_masks, cumsums_to_fc, gapped_means, reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
+                        constant_masks, cumsums_to_fc, frame_slices, gapped_means, reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
@@ -92,7 +92,7 @@ PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, Fa
           ('shapes', fold_shapes, True), ('conv3d', conv3d_to_conv2d, False),
           ('mirrors', mirror_pads, True), ('depth_to_space', depth_to_space, False),
           ('depth_space', depth_space, True), ('pads', pads_to_concat, False),
-          ('takes', gathers_to_slices, True),
+          ('frames', frame_slices, False), ('takes', gathers_to_slices, True),
           ('slices', slice_to_strided, True), ('reversed_slices', reversed_slices, False),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),

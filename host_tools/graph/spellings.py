@@ -549,6 +549,86 @@ def cumsums_to_fc(g: Graph) -> int:
     return done
 
 
+def _selection(g: Graph, op):
+    """A STRIDED_SLICE's [(begin, end, stride, shrink)] per axis of its input, from its
+    constant begin / end / strides and masks, or None (ellipsis, new axes, non-constant)."""
+    o = op.options
+    if len(op.inputs) != 4 or not all(is_const(g, k) for k in op.inputs[1:]) or \
+            o.get('ellipsis_mask') or o.get('new_axis_mask') or o.get('offset'):
+        return None
+    X = list(g.tensors[op.inputs[0]].shape)
+    b, e, st = (const_ints(g, k) for k in op.inputs[1:])
+    if not len(b) == len(e) == len(st) == len(X) or 0 in st:
+        return None
+    sel = []
+    for d, n in enumerate(X):
+        if o.get('shrink_axis_mask', 0) >> d & 1:
+            i = b[d] + n if b[d] < 0 else b[d]
+            sel.append((i, i + 1, 1, True))
+            continue
+        r = range(n)[slice(None if o.get('begin_mask', 0) >> d & 1 else b[d],
+                           None if o.get('end_mask', 0) >> d & 1 else e[d], st[d])]
+        sel.append((r.start, r.stop, r.step, False))
+    return sel
+
+
+def frame_slices(g: Graph) -> int:
+    """Keras 3's TimeDistributed (a Conv2D a frame of a [1, T, H, W, C] clip) writes the
+    frames as STRIDED_SLICEs of a TRANSPOSE or RESHAPE that moves T first ([T, 1, H, W, C]:
+    5-D with a leading axis of T, which utrain does not hold), and its outputs PACKed
+    back [T, 1, ...] and sliced again per frame.  A slice of such a tensor (the same
+    elements, size-1 axes moved) becomes a slice of the tensor before the move (its
+    axes mapped) and a RESHAPE; a slice picking one PACKed input whole becomes a RESHAPE
+    of that input.  prepare had refused them ('tensor ... has shape [4, 1, 8, 8, 1]; utrain
+    handles up to 4-D').  The moves left unread go.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'STRIDED_SLICE' or op not in g.ops:
+            continue
+        src = producer(g, op.inputs[0])
+        sel = _selection(g, op) if src is not None else None
+        if sel is None or src.name not in ('TRANSPOSE', 'RESHAPE', 'PACK'):
+            continue
+        y = op.outputs[0]
+        Y = list(g.tensors[op.inputs[0]].shape)
+        made = None
+        if src.name == 'PACK':
+            a = int(src.options.get('axis', 0)) % len(Y)
+            i, j, k, _ = sel[a]
+            if j - i == 1 and all(s[:3] == (0, n, 1) for d, (s, n) in enumerate(zip(sel, Y))
+                                  if d != a) and 0 <= i < len(src.inputs):
+                made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [src.inputs[i]], [y], {},
+                                 src=op.src)]
+        else:
+            x = src.inputs[0]
+            X = list(g.tensors[x].shape)
+            nx = [d for d, n in enumerate(X) if n != 1]
+            ny = [d for d, n in enumerate(Y) if n != 1]
+            same = [X[d] for d in nx] == [Y[d] for d in ny]
+            if src.name == 'TRANSPOSE':
+                perm = const_ints(g, src.inputs[1]) if is_const(g, src.inputs[1]) else None
+                same = same and perm is not None and [p for p in perm if X[p] != 1] == nx
+            if same and all(sel[d][:3] == (0, 1, 1) for d in range(len(Y)) if Y[d] == 1) and \
+                    len(X) <= 4 + sum(1 for n in X[:-4] if n == 1):
+                at = dict(zip(nx, ny))
+                b = [sel[at[d]][0] if d in at else 0 for d in range(len(X))]
+                e = [sel[at[d]][1] if d in at else 1 for d in range(len(X))]
+                st = [sel[at[d]][2] if d in at else 1 for d in range(len(X))]
+                shp = [len(range(bb, ee, ss)) for bb, ee, ss in zip(b, e, st)]
+                mid = new_tensor(g, g.tensors[y].name + '/frame', shp, like=y)
+                made = [slice_op(g, x, mid, g.tensors[y].name + '/frame', b, e, st, op.src),
+                        Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [mid], [y], {}, src=op.src)]
+        if made is None or int(np.prod(g.tensors[made[-1].inputs[0]].shape)) != \
+                int(np.prod(g.tensors[y].shape)):
+            continue
+        make_reshape(g, made[-1], list(g.tensors[y].shape))
+        replace_op(g, op, made)
+        if src.outputs[0] not in g.outputs and not consumers(g, src.outputs[0]):
+            remove_op(g, src)
+        done += 1
+    return done
+
+
 def constant_masks(g: Graph) -> int:
     """A SELECT / SELECT_V2 whose condition is a bool constant (Keras's MultiHeadAttention
     with use_causal_mask: FILL of true, LOGICAL_AND with the triangle, both folded by
