@@ -2101,6 +2101,30 @@ class _Reader(RecurrentOps):
         else:
             self.reshape_to(pooled, out, out=self.out(o, 'plain', out))
 
+    def op_ReduceLogSumExp(self, node, ins, a, i):
+        """torch.logsumexp: m + log(sum(exp(x - m))), m the max over the axes (ReduceMax's
+        pool), so that EXP never overflows; its gradient is the softmax over the axes
+        (m's share cancels exactly)."""
+        o, keep = node.output[0], a.get('keepdims', 1)
+
+        def n(name, t=''):
+            nd = _Node([o + name])
+            nd.op_type = t
+            return nd
+        self.op_ReduceMax(n('/max'), [ins[0]] + list(ins[1:]), {**a, 'keepdims': 1}, i)
+        self._binary(n('/centered', 'Sub'), [ins[0], o + '/max'])
+        self._unary('EXP', n('/exp'), [o + '/centered'])
+        self._reduce_sum([o + '/exp'] + list(ins[1:]), {**a, 'keepdims': 1}, o + '/sum')
+        self._unary('LOG', n('/log'), [o + '/sum'])
+        if keep:
+            self._binary(n('', 'Add'), [o + '/log', o + '/max'])
+            return
+        self._binary(n('/kept', 'Add'), [o + '/log', o + '/max'])
+        s = self.oshape(o + '/kept')
+        axes = self._axes(ins, a)
+        axes = {x % len(s) for x in axes} if axes else set(range(len(s)))
+        self._reshape(o + '/kept', [d for k, d in enumerate(s) if k not in axes], o)
+
     def op_ReduceMin(self, node, ins, a, i):
         """min(x) = -max(-x) (torch.amin): a MUL by -1, ReduceMax's pool, a MUL by -1; the
         gradient goes to the minimum as the max's goes to the maximum."""

@@ -2218,3 +2218,50 @@ def test_weight_normalized_in_the_graph_is_computed_once_and_frozen(tmp_path):
     export(p, os.path.join(d, 'trained.wof'), out)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3        # (e trained)
+
+
+@pytest.mark.parametrize('axis,keep', [(1, 0), (2, 1)])
+def test_reduce_log_sum_exp_runs_and_passes_its_gradient(tmp_path, axis, keep):
+    """torch.logsumexp (ONNX ReduceLogSumExp) had been refused ('cannot read ONNX op
+    ReduceLogSumExp'): read as max + log(sum(exp(x - max))).  Forward = numpy's (values
+    whose exp overflows float32 among them), the weight's gradient = central differences."""
+    from onnx import TensorProto as T, helper
+    from utrain.sink import Sums
+    r = np.random.default_rng(0)
+    w = r.standard_normal((5, 5)).astype(np.float32)
+    out = [1, 5] if axis == 1 and not keep else [1, 4, 1]
+    nodes = [helper.make_node('MatMul', ['x', 'w'], ['h']),
+             helper.make_node('ReduceLogSumExp', ['h'], ['y'], axes=[axis], keepdims=keep)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4, 5])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, out)],
+                          [helper.make_tensor('w', T.FLOAT, [5, 5], w.ravel())])
+    p = os.fspath(tmp_path / 'lse.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    x = r.standard_normal((4, 4, 5)).astype(np.float32)
+    x[0] *= 40                                  # (exp of h beyond float32's range)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros([4] + out[1:], np.float32))
+    d = os.fspath(tmp_path / 'run')
+    # (scale_input off: the device's weight is the file's, the gradient comparable)
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.01, scale_input=False,
+            log=lambda *a: None)
+
+    def forward(xi, wv=w.astype(np.float64)):
+        h = xi.astype(np.float64) @ wv
+        m = h.max(axis - 1, keepdims=True)
+        return (m + np.log(np.exp(h - m).sum(axis - 1, keepdims=True))).reshape(-1)
+    np.testing.assert_allclose(utrain_run(d, x), np.stack([forward(xi) for xi in x]),
+                               rtol=1e-5, atol=1e-4)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(x[1:2])
+    tr.net.forward(True)
+    dy = r.standard_normal(int(np.prod(out)))
+    tr.net.backward(dy.reshape(tr.net.shape[tr.net.outputs[0]]).astype(np.float32))
+    want = np.zeros((5, 5))
+    for i in np.ndindex(5, 5):
+        e = np.zeros((5, 5))
+        e[i] = 1e-5
+        want[i] = dy @ (forward(x[1], w + e) - forward(x[1], w - e)) / 2e-5
+    (k,) = tr.net.trainable
+    np.testing.assert_allclose(np.asarray(tr.net.sink.acc[k]).reshape(5, 5).T, want,
+                               rtol=1e-4, atol=1e-5)
