@@ -2659,6 +2659,17 @@ class _Reader(RecurrentOps):
         if (mode == 'linear' and out != list(s) or min(mult) < 1) and r == 4 and out[:2] == s[:2]:
             return self._resize_hw(node, v, s, out, mode, None if sizes is not None else
                                    sc[-2:] if len(sc) >= 2 else None, a)
+        if (mode == 'linear' and out != list(s) or min(mult) < 1) and r == 3 and out[:2] == s[:2]:
+            # a 1-D resize (F.interpolate(mode='linear') of [N, C, L]): the map [N, C, 1, L]
+            # resized along its width, as _resize_hw does; prepare had refused it
+            o = node.output[0]
+            self._reshape(v, s[:2] + [1, s[2]], o + '/as_map')
+            n4 = _Node([o + '/map'])
+            n4.op_type = node.op_type
+            self._resize_hw(n4, o + '/as_map', s[:2] + [1, s[2]], out[:2] + [1, out[2]], mode,
+                            None if sizes is not None else [1.0, sc[-1]], a)
+            self._reshape(o + '/map', out, o)
+            return
         if min(mult) < 1:
             self.err(f'resizing {s} to {out}: utrain resizes by integer factors only '
                      '(nearest, e.g. nn.Upsample(scale_factor=2))')
@@ -2697,7 +2708,8 @@ class _Reader(RecurrentOps):
         flags = {'half_pixel': (False, True), 'pytorch_half_pixel': (False, True),
                  'align_corners': (True, False), 'asymmetric': (False, False)}.get(ctm)
         what = f'resizing {s} to {out} ({mode}, coordinate_transformation_mode {ctm}'
-        if flags is None or ctm == 'pytorch_half_pixel' and 1 in out[2:]:
+        if flags is None or ctm == 'pytorch_half_pixel' and \
+                1 in [o for o, n in zip(out[2:], s[2:]) if o != n]:
             self.err(f'{what}): utrain resizes as half_pixel, align_corners or asymmetric do '
                      '(PyTorch interpolate exports them)')
         if mode == 'linear' and sc and ctm != 'align_corners' and any(abs(n * f - o) > 1e-6 * o

@@ -2265,3 +2265,37 @@ def test_reduce_log_sum_exp_runs_and_passes_its_gradient(tmp_path, axis, keep):
     (k,) = tr.net.trainable
     np.testing.assert_allclose(np.asarray(tr.net.sink.acc[k]).reshape(5, 5).T, want,
                                rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('ctm,how', [('pytorch_half_pixel', 'scales'), ('half_pixel', 'scales'),
+                                     ('align_corners', 'sizes')])
+def test_linear_resize_of_a_1d_signal_runs(tmp_path, ctm, how):
+    """F.interpolate(x, scale_factor=2, mode='linear') of [N, C, L] (ONNX Resize of a 3-D
+    tensor) had been refused ("mode linear: utrain resizes with mode 'linear' (bilinear)
+    or 'nearest'", of a linear resize): resized as the map [N, C, 1, L] along its width.
+    utrain's forward = ONNX Runtime's, and the conv before it trains."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    w = (0.5 * r.standard_normal((3, 2, 3))).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [3, 2, 3], w.ravel())]
+    if how == 'scales':
+        inits.append(helper.make_tensor('sc', T.FLOAT, [3], [1.0, 1.0, 2.0]))
+        rin = ['h', '', 'sc']
+    else:
+        inits.append(helper.make_tensor('sz', T.INT64, [3], [1, 3, 13]))
+        rin = ['h', '', '', 'sz']
+    nodes = [helper.make_node('Conv', ['x', 'w'], ['h'], pads=[1, 1]),
+             helper.make_node('Resize', rin, ['y'], mode='linear',
+                              coordinate_transformation_mode=ctm)]
+    L2 = 16 if how == 'scales' else 13
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 8])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3, L2])], inits)
+    p = os.fspath(tmp_path / 'r.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    x = r.standard_normal((6, 2, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((6, 3, L2), np.float32))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.01, log=lambda *a: None)
+    assert list(s['trainable']) == ['w'], s['trainable']
+    np.testing.assert_allclose(utrain_run(d, x), ort_run(p, x).reshape(6, -1), rtol=1e-5,
+                               atol=FWD_TOL)
