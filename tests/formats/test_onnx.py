@@ -2299,3 +2299,40 @@ def test_linear_resize_of_a_1d_signal_runs(tmp_path, ctm, how):
     assert list(s['trainable']) == ['w'], s['trainable']
     np.testing.assert_allclose(utrain_run(d, x), ort_run(p, x).reshape(6, -1), rtol=1e-5,
                                atol=FWD_TOL)
+
+
+@pytest.mark.parametrize('kind', ['tanh_bi', 'relu_2layers'])
+def test_elman_rnn_node_trains_and_exports(tmp_path, kind):
+    """nn.RNN (ONNX RNN: h = act(x W + h R + b), tanh or relu) had been refused ('cannot
+    read ONNX op RNN'): unrolled as GRU and LSTM are.  utrain's forward = ONNX Runtime's,
+    and ORT on the export = utrain's trained forward."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            bi = kind == 'tanh_bi'
+            self.r = nn.RNN(3, 4, num_layers=1 if bi else 2, batch_first=True, bidirectional=bi,
+                            nonlinearity='tanh' if bi else 'relu')
+            self.o = nn.Linear(8 if bi else 4, 2)
+
+        def forward(self, x):
+            y, _ = self.r(x)
+            return self.o(y[:, -1])
+    p = os.fspath(tmp_path / 'rnn.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(Net().eval(), (torch.zeros(1, 5, 3),), p, opset_version=13,
+                          input_names=['x'], output_names=['y'], dynamo=False)
+    xs = np.random.default_rng(0).standard_normal((12, 5, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.random.default_rng(1).standard_normal((12, 2)))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
+            epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-5
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3
