@@ -181,6 +181,24 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     return s
 
 
+def _rows_softmaxed(g, k, C, depth=0) -> bool:
+    """Is tensor k made of SOFTMAX outputs over rows of C, through RESHAPE / SQUEEZE /
+    EXPAND_DIMS and PACK / CONCATENATION of such rows only?"""
+    op = next((o for o in g.ops if k in o.outputs), None)
+    if op is None or depth > 8:
+        return False
+    if op.name == 'SOFTMAX':
+        return int(g.tensors[k].shape[-1]) == C
+    if op.name in ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS'):
+        return _rows_softmaxed(g, op.inputs[0], C, depth + 1)
+    if op.name in ('PACK', 'CONCATENATION') and op.inputs:
+        if op.name == 'CONCATENATION' and int(op.options.get('axis', 0)) % max(
+                len(g.tensors[k].shape), 1) == len(g.tensors[k].shape) - 1:
+            return False        # (joined along the rows: not rows of C)
+        return all(_rows_softmaxed(g, i, C, depth + 1) for i in op.inputs)
+    return False
+
+
 def step_classes(g, s, data, overrides, log=print) -> dict:
     """s for a class number a step (y (N, T), or one-hot a step, (N, T, C)) given a model
     whose output is a row of C values a step (T x C, dataset.per_step): cce on them
@@ -207,7 +225,14 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
     if named and s['loss'] not in ('cce', 'scce'):
         return s
     last = final_op(g)
-    if (last is None or last.name != 'SOFTMAX') and g.tensors[g.outputs[0]].dtype == 'float32' \
+    if _rows_softmaxed(g, g.outputs[0], ps[1]):
+        # each row a SOFTMAX's, PACKed / joined and reshaped after (Keras's
+        # TimeDistributed(Dense(C, activation='softmax')) unrolled): probabilities already;
+        # a softmax over each row again had trained the softmax of probabilities
+        last = next(o for o in g.ops if o.name == 'SOFTMAX')
+        g.step_probs = True         # (validate.loss_on_logits: probabilities, as they are)
+        s = dict(s, from_logits=False)
+    elif (last is None or last.name != 'SOFTMAX') and g.tensors[g.outputs[0]].dtype == 'float32' \
             and len(g.outputs) == 1:
         # rows of logits (a Conv1d / Dense head without its softmax): a softmax over each
         # row for the run (the board's loss from logits would normalise all rows as one),
