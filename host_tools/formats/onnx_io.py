@@ -938,7 +938,8 @@ class _Reader(RecurrentOps):
                         inits |= self.derived[v][0]
                         ops = self.derived[v][1] + [o for o in ops if o not in self.derived[v][1]]
                     elif (v in self.inits or v in self.reshaped) and \
-                            np.asarray(self.const[v]).dtype.kind == 'f' and np.size(self.const[v]) > 1:
+                            np.asarray(self.const[v]).dtype.kind == 'f' and \
+                            np.size(self.const[v]) > 1:     # (not a scalar bound, a shape)
                         inits.add(v if v in self.inits else self.reshaped[v][0])
                 if inits:
                     self.derived[node.output[0]] = (inits, ops)
@@ -2305,8 +2306,9 @@ class _Reader(RecurrentOps):
         s = self.oshape(v)
         axis = int(np.asarray(self.cval(ins[1], 'the axis')).reshape(-1)[0]) % len(s)
         n = node.output[0]
-        self.emit('CUMSUM', [self.get(v, 'plain'), self.tensor(n + '/axis', [], np.array(axis, np.int32))],
-                  [self.out(n, 'plain', s)], exclusive=bool(a.get('exclusive', 0)),
+        ax = self.tensor(n + '/axis', [], np.array(axis, np.int32))
+        self.emit('CUMSUM', [self.get(v, 'plain'), ax], [self.out(n, 'plain', s)],
+                  exclusive=bool(a.get('exclusive', 0)),
                   reverse=bool(a.get('reverse', 0)))
 
     def op_LogSoftmax(self, node, ins, a, i):

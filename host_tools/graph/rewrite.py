@@ -75,9 +75,10 @@ from .qparams import dequantize
 from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
-from .spellings import (conv3d_to_conv2d, depth_space, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms,
+from .spellings import (constant_masks, cumsums_to_fc, frame_slices, gapped_means,
+                        conv3d_to_conv2d, depth_space, depth_to_space, pads_to_concat, dilated_convs, elementwise_forms,
                         gathers_to_slices, mirror_pads, pack_to_concat,
-                        constant_masks, cumsums_to_fc, frame_slices, gapped_means, reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
+                        reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
