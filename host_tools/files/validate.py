@@ -192,8 +192,9 @@ def loss_on_logits(g, s: dict):
     gradient -1/y about 1e20 (NaN within a few samples at any learning rate).  Returns
     the line that says so, or None when nothing changed."""
     want = PROBABILITIES.get(s['loss'])
-    if want is None or getattr(g, 'step_rows', False):
-        return None         # (rows of logits a step: a softmax over each, inout.step_softmax)
+    if want is None or getattr(g, 'step_rows', False) or getattr(g, 'step_probs', False):
+        return None         # (rows of logits a step: a softmax over each, inout.step_softmax;
+        #                     or each row a softmax's already: pipeline.step_classes)
     op = final_op(g)
     if s.get('from_logits'):
         if op is None or op.name != want:

@@ -686,6 +686,20 @@ def _fold(node, vals, a):
             sizes = [-(-x.shape[ax] // n)] * n
             sizes[-1] = x.shape[ax] - sum(sizes[:-1])
         return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=ax))
+    if t == 'Clip':             # (F.normalize's eps floor of a weight's norm)
+        lo = vals[1] if len(vals) > 1 and vals[1] is not None else a.get('min', -np.inf)
+        hi = vals[2] if len(vals) > 2 and vals[2] is not None else a.get('max', np.inf)
+        return np.clip(x, lo, hi).astype(x.dtype)
+    if t in ('Relu', 'Sigmoid', 'Tanh', 'Softplus'):
+        f = {'Relu': lambda v: np.maximum(v, 0), 'Sigmoid': lambda v: 1 / (1 + np.exp(-v)),
+             'Tanh': np.tanh, 'Softplus': lambda v: np.logaddexp(0, v)}[t]
+        return f(x).astype(x.dtype)
+    if t in ('ReduceL2', 'ReduceMean', 'ReduceSumSquare'):
+        f = {'ReduceL2': lambda v, **k: np.sqrt(np.sum(v * v, **k)), 'ReduceMean': np.mean,
+             'ReduceSumSquare': lambda v, **k: np.sum(v * v, **k)}[t]
+        axes = a.get('axes') if len(vals) < 2 or vals[1] is None else [int(v) for v in vals[1]]
+        return f(x, axis=tuple(axes) if axes else None,
+                 keepdims=bool(a.get('keepdims', 1))).astype(x.dtype)
     if t in ('ReduceProd', 'ReduceSum', 'ReduceMax', 'ReduceMin'):
         f = {'ReduceProd': np.prod, 'ReduceSum': np.sum, 'ReduceMax': np.max,
              'ReduceMin': np.min}[t]
@@ -696,6 +710,12 @@ def _fold(node, vals, a):
 
 
 # --------------------------------------------------------------------------- reader
+
+# ops on weights that export cannot map a trained value back through (not a reshape, a
+# transpose or a cast): a weight computed by them on the host is frozen (_Reader.derived)
+_NOT_INVERTED = ('Clip', 'ReduceL2', 'ReduceMean', 'ReduceSumSquare', 'Sqrt', 'Div', 'Max',
+                 'Min', 'Relu', 'Sigmoid', 'Tanh', 'Softplus', 'Exp', 'Log', 'Abs',
+                 'Reciprocal', 'Expand')
 
 # ops that only select or reshape their first input: a zero initializer read only by them
 # is a state, not a parameter (_Reader.run)
@@ -736,6 +756,11 @@ class _Reader(RecurrentOps):
         self.softmaxed: set = set()     # values a LinearClassifier's SOFTMAX made
         self.names: set = set()
         self.node = None
+        # constants folded from initializers through ops export cannot map a trained value
+        # back through (F.normalize of a cosine classifier's weight): value -> (its
+        # initializers, the ops): frozen, and prepare says so (pipeline.dropped_outputs)
+        self.derived: dict = {}
+        self.computed_frozen: list = []
 
     # ---- errors and tensors
     def err(self, msg):
@@ -784,6 +809,10 @@ class _Reader(RecurrentOps):
             # (a fill of a run-time shape, an SB3 policy's ones_like times exp(log_std):
             # no weight of the model's maker, frozen as a folded FILL is in a .tflite)
             self.tensors[k].frozen = True
+        elif name in self.derived:
+            self.tensors[k].frozen = True
+            inits, ops = self.derived[name]
+            self.computed_frozen.append((self.tensors[k].name, sorted(inits), ops))
         elif name in self.const and name not in self.inits and v.dtype.kind == 'f':
             self.origin[self.tensors[k].name] = ('computed', name)
         return k
@@ -996,6 +1025,7 @@ class _Reader(RecurrentOps):
         gr.onnx_origin = self.origin
         # [(output name, why)]: outputs left out, each needing a node utrain cannot read
         gr.onnx_dropped = self.dropped
+        gr.onnx_computed_frozen = self.computed_frozen
         gr.onnx_unread = self.unread       # inputs only those outputs read
         gr.onnx_qdq = (self.qdq_pairs + len(self.quantized), self.qdq_weights)   # (QDQ pairs, int weights)
         gr.onnx_qop = next((int(p.value) for p in self.model.metadata_props
@@ -1107,6 +1137,18 @@ class _Reader(RecurrentOps):
             if t == 'ConstantOfShape' or all(self._no_param(v) for v in present) or \
                     zero_fill:
                 self.fills.add(node.output[0])     # (torch.ones_like(x): no parameter)
+            elif t in _NOT_INVERTED or any(v in self.derived for v in present):
+                inits, ops = set(), [t]
+                for v in present:
+                    if v in self.derived:
+                        inits |= self.derived[v][0]
+                        ops = self.derived[v][1] + [o for o in ops if o not in self.derived[v][1]]
+                    elif (v in self.inits or v in self.reshaped) and \
+                            np.asarray(self.const[v]).dtype.kind == 'f' and \
+                            np.size(self.const[v]) > 1:     # (not a scalar bound, a shape)
+                        inits.add(v if v in self.inits else self.reshaped[v][0])
+                if inits:
+                    self.derived[node.output[0]] = (inits, ops)
             src = ins[0] if ins else None
             if zero_fill is None:       # (x + 0, a zero state's: x as it is)
                 src = next((v for v in present if v not in self.fills), None)
@@ -1416,6 +1458,11 @@ class _Reader(RecurrentOps):
     def op_Neg(self, node, ins, a, i):
         self._unary_chain(node, ins, lambda x, y, b: self._ir(
             'MUL', [x, self._scalar(b + '/minus_one', -1.0)], y))
+
+    def op_Reciprocal(self, node, ins, a, i):
+        """1 / x (torch.reciprocal): DIV of the constant 1 by x."""
+        self._unary_chain(node, ins, lambda x, y, b: self._ir(
+            'DIV', [self._scalar(b + '/one', 1.0), x], y))
 
     def op_Abs(self, node, ins, a, i):
         self._unary_chain(node, ins, self._abs)
@@ -2331,6 +2378,30 @@ class _Reader(RecurrentOps):
         else:
             self.reshape_to(pooled, out, out=self.out(o, 'plain', out))
 
+    def op_ReduceLogSumExp(self, node, ins, a, i):
+        """torch.logsumexp: m + log(sum(exp(x - m))), m the max over the axes (ReduceMax's
+        pool), so that EXP never overflows; its gradient is the softmax over the axes
+        (m's share cancels exactly)."""
+        o, keep = node.output[0], a.get('keepdims', 1)
+
+        def n(name, t=''):
+            nd = _Node([o + name])
+            nd.op_type = t
+            return nd
+        self.op_ReduceMax(n('/max'), [ins[0]] + list(ins[1:]), {**a, 'keepdims': 1}, i)
+        self._binary(n('/centered', 'Sub'), [ins[0], o + '/max'])
+        self._unary('EXP', n('/exp'), [o + '/centered'])
+        self._reduce_sum([o + '/exp'] + list(ins[1:]), {**a, 'keepdims': 1}, o + '/sum')
+        self._unary('LOG', n('/log'), [o + '/sum'])
+        if keep:
+            self._binary(n('', 'Add'), [o + '/log', o + '/max'])
+            return
+        self._binary(n('/kept', 'Add'), [o + '/log', o + '/max'])
+        s = self.oshape(o + '/kept')
+        axes = self._axes(ins, a)
+        axes = {x % len(s) for x in axes} if axes else set(range(len(s)))
+        self._reshape(o + '/kept', [d for k, d in enumerate(s) if k not in axes], o)
+
     def op_ReduceMin(self, node, ins, a, i):
         """min(x) = -max(-x) (torch.amin): a MUL by -1, ReduceMax's pool, a MUL by -1; the
         gradient goes to the minimum as the max's goes to the maximum."""
@@ -2394,9 +2465,12 @@ class _Reader(RecurrentOps):
         sk = self.tensor(base + '/bn_scale', cshape, s.reshape(cshape).astype(np.float32))
         bk = self.tensor(base + '/bn_shift', cshape, b.reshape(cshape).astype(np.float32))
         sn, bn = self.tensors[sk].name, self.tensors[bk].name
+        # (mean and var: their values, as a constant of any spelling: torch.onnx writes a
+        # fresh BatchNorm1d's running_var as an Identity of its weight, both ones, and its
+        # running_mean of its bias; export had said 'comes from no initializer')
         info = dict(scale=ins[1], B=ins[2], mean=ins[3], var=ins[4], eps=eps,
-                    scale_tensor=sn, shape=cshape)
-        if all(u in self.inits for u in ins[1:5]):
+                    scale_tensor=sn, shape=cshape, mean_v=mean, var_v=var)
+        if all(u in self.inits for u in ins[1:3]):
             self.origin[sn] = ('bn_scale', info)
             self.origin[bn] = ('bn_shift', info)
         mid = self.tensor(node.output[0] + '/bn_scaled', self.tensors[x].shape)
@@ -2500,6 +2574,18 @@ class _Reader(RecurrentOps):
             self.emit('TRANSPOSE', [x, self.perm_const(n, p)], [self.out(n, 'plain', s)])
             return
         self.emit('SOFTMAX', [x], [self.out(n, 'plain', s)], beta=1.0)
+
+    def op_CumSum(self, node, ins, a, i):
+        """A running total along a constant axis (torch.cumsum): TFLite's CUMSUM, which
+        spellings.cumsums_to_fc makes a FULLY_CONNECTED by a frozen triangle."""
+        v = ins[0]
+        s = self.oshape(v)
+        axis = int(np.asarray(self.cval(ins[1], 'the axis')).reshape(-1)[0]) % len(s)
+        n = node.output[0]
+        ax = self.tensor(n + '/axis', [], np.array(axis, np.int32))
+        self.emit('CUMSUM', [self.get(v, 'plain'), ax], [self.out(n, 'plain', s)],
+                  exclusive=bool(a.get('exclusive', 0)),
+                  reverse=bool(a.get('reverse', 0)))
 
     def op_LogSoftmax(self, node, ins, a, i):
         # (only as the model's last op: ir.drop_final_log_softmax trains its logits)
@@ -2851,6 +2937,17 @@ class _Reader(RecurrentOps):
         if (mode == 'linear' and out != list(s) or min(mult) < 1) and r == 4 and out[:2] == s[:2]:
             return self._resize_hw(node, v, s, out, mode, None if sizes is not None else
                                    sc[-2:] if len(sc) >= 2 else None, a)
+        if (mode == 'linear' and out != list(s) or min(mult) < 1) and r == 3 and out[:2] == s[:2]:
+            # a 1-D resize (F.interpolate(mode='linear') of [N, C, L]): the map [N, C, 1, L]
+            # resized along its width, as _resize_hw does; prepare had refused it
+            o = node.output[0]
+            self._reshape(v, s[:2] + [1, s[2]], o + '/as_map')
+            n4 = _Node([o + '/map'])
+            n4.op_type = node.op_type
+            self._resize_hw(n4, o + '/as_map', s[:2] + [1, s[2]], out[:2] + [1, out[2]], mode,
+                            None if sizes is not None else [1.0, sc[-1]], a)
+            self._reshape(o + '/map', out, o)
+            return
         if min(mult) < 1:
             self.err(f'resizing {s} to {out}: utrain resizes by integer factors only '
                      '(nearest, e.g. nn.Upsample(scale_factor=2))')
@@ -2889,7 +2986,8 @@ class _Reader(RecurrentOps):
         flags = {'half_pixel': (False, True), 'pytorch_half_pixel': (False, True),
                  'align_corners': (True, False), 'asymmetric': (False, False)}.get(ctm)
         what = f'resizing {s} to {out} ({mode}, coordinate_transformation_mode {ctm}'
-        if flags is None or ctm == 'pytorch_half_pixel' and 1 in out[2:]:
+        if flags is None or ctm == 'pytorch_half_pixel' and \
+                1 in [o for o, n in zip(out[2:], s[2:]) if o != n]:
             self.err(f'{what}): utrain resizes as half_pixel, align_corners or asymmetric do '
                      '(PyTorch interpolate exports them)')
         if mode == 'linear' and sc and ctm != 'align_corners' and any(abs(n * f - o) > 1e-6 * o
@@ -3404,7 +3502,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
             bn_done.add(key)
             shift_name = [n for n, v in origin.items() if v[0] == 'bn_shift'
                           and v[1]['scale_tensor'] == key][0]
-            var, mean = vals[info['var']], vals[info['mean']]
+            var, mean = info['var_v'], info['mean_v']
             sd = np.sqrt(var + info['eps'])
             s0 = vals[info['scale']] / sd
             b0 = vals[info['B']] - mean * s0
@@ -3420,6 +3518,17 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         kept = [x for x in node.attribute if x.name != at]
         del node.attribute[:]
         node.attribute.extend(kept + [helper.make_attribute(at, [float(f) for f in v])])
+    # an initializer written that an Identity node also reads (torch.onnx's dedup of
+    # equal initializers: a fresh BatchNorm's running_var = Identity(weight)): the
+    # Identity's output becomes an initializer of the old value, which it was
+    # (after the attributes: their keys are node positions)
+    for k in range(len(orig.graph.node) - 1, -1, -1):
+        node = orig.graph.node[k]
+        if node.op_type == 'Identity' and node.domain in ('', 'ai.onnx') and \
+                node.input[0] in new and node.input[0] in inits and node.output[0] not in inits:
+            t = numpy_helper.from_array(numpy_helper.to_array(inits[node.input[0]]), node.output[0])
+            orig.graph.initializer.append(t)
+            del orig.graph.node[k]
     for init, arr in new.items():
         t = inits[init]
         dt = numpy_helper.to_array(t).dtype

@@ -33,8 +33,11 @@ class RecurrentOps:
             self.err(f'clip {a["clip"]}: utrain unrolls {t}s without cell clipping')
         if a.get('input_forget', 0):
             self.err('input_forget=1 is not supported')
-        default = {'GRU': ['Sigmoid', 'Tanh'], 'LSTM': ['Sigmoid', 'Tanh', 'Tanh']}[t]
+        default = {'GRU': ['Sigmoid', 'Tanh'], 'LSTM': ['Sigmoid', 'Tanh', 'Tanh'],
+                   'RNN': ['Tanh']}[t]
         acts = list(a.get('activations', default * len(dirs)))
+        if t == 'RNN' and len(set(acts)) == 1 and acts[0] in ('Tanh', 'Relu'):
+            default = acts[:1]      # (nn.RNN(nonlinearity='relu'))
         if acts != default * len(dirs):
             self.err(f'activations {acts}: utrain unrolls {t}s with {default}')
         for k in (1, 2):
@@ -218,6 +221,26 @@ class RecurrentOps:
                 return self._ir('MUL', [og, self._ir('TANH', [c], m + 'tanh_c')], m + 'h'), c
             return step
         self._rnn(node, ins, a, 4, cell)
+
+    def op_RNN(self, node, ins, a, i):
+        """ONNX RNN (nn.RNN, Elman: h = act(x W + Wb + h R + Rb), act Tanh or Relu), one
+        layer, forward, reverse or both: per step an FC of h by R (+ Rb; one weight
+        tensor read by every step), ADD, TANH or RELU.  It had been refused ('cannot read
+        ONNX op RNN')."""
+        H = self.const[ins[2]].shape[-1] if ins[2] in self.const else 0
+        act = 'RELU' if list(a.get('activations', ['Tanh']))[0] == 'Relu' else 'TANH'
+
+        def cell(n, d, ins, hasb, xp, T):
+            R = self._rnn_weight(ins[2], d, H * H, [H, H], n + 'R')
+            Rb = self._rnn_weight(ins[3], 2 * d + 1, H, [H], n + 'Rb') if hasb else -1
+            xs = self._steps(xp, T, [f'{n}x{t}' for t in range(T)])
+
+            def step(t, h, c):
+                m = f'{n}t{t}/'
+                hp = self._ir('FULLY_CONNECTED', [h, R, Rb], m + 'hproj', [1, H])
+                return self._ir(act, [self._ir('ADD', [xs[t], hp], m + 'pre')], m + 'h'), None
+            return step
+        self._rnn(node, ins, a, 1, cell)
 
     def _seq_step(self, v, k):
         """Step k of sequence v as one IR tensor (both directions' h concatenated)."""

@@ -15,9 +15,12 @@ def _only_reader(g: Graph, k: int, op: Operator) -> bool:
 
 def _wrapped_index(g: Graph, k: int, n: int):
     """c where tensor k is SELECT_V2(LESS(c, 0), ADD(c, n), c): Keras 3's Embedding
-    reading a negative id from the table's end (its n rows), else None."""
+    reading a negative id from the table's end (its n rows), else None.  SELECT (v1)
+    alike: the converter writes it where the batch is fixed (keras.Input(batch_size=1),
+    as a recurrent layer after the Embedding wants), and it had been refused ('tensor 0
+    is int32')."""
     sel = producer(g, k)
-    if sel is None or sel.name != 'SELECT_V2' or len(sel.inputs) != 3:
+    if sel is None or sel.name not in ('SELECT', 'SELECT_V2') or len(sel.inputs) != 3:
         return None
     m, a, c = sel.inputs
     less, add = producer(g, m), producer(g, a)

@@ -79,7 +79,8 @@ from .qparams import dequantize
 from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
-from .spellings import (conv3d_to_conv2d, conv3d_transpose_to_2d, depth_to_space, padv2_to_pad, dilated_convs, elementwise_forms,
+from .spellings import (constant_masks, cumsums_to_fc, frame_slices, gapped_means,
+                        conv3d_to_conv2d, conv3d_transpose_to_2d, depth_to_space, padv2_to_pad, dilated_convs, elementwise_forms,
                         gathers_to_slices, mirror_pads, pack_to_concat,
                         reduce_max_to_pool, reduce_min_to_max, resize_to_concat, reversed_slices, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
@@ -97,15 +98,17 @@ PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, Fa
           ('conv3d_transpose', conv3d_transpose_to_2d, False),
           ('mirrors', mirror_pads, True), ('depth_space', depth_to_space, True),
           ('pads', padv2_to_pad, False),
-          ('takes', gathers_to_slices, True),
+          ('frames', frame_slices, False), ('takes', gathers_to_slices, True),
           ('slices', slice_to_strided, True), ('reversed_slices', reversed_slices, False),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
+          ('const_masks', constant_masks, False), ('cumsums', cumsums_to_fc, False),
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('unit_reductions', unit_reductions, True),
+          ('gapped_means', gapped_means, False),
           ('min_reductions', reduce_min_to_max, False), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
           ('separable_biases', separable_biases, False),

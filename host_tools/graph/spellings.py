@@ -472,6 +472,149 @@ def _at(g: Graph, chain, x: int, v: float):
     return np.broadcast_to(val, g.tensors[x].shape)
 
 
+def cumsums_to_fc(g: Graph) -> int:
+    """CUMSUM of an activation along a constant axis (tf.math.cumsum, torch.cumsum: a
+    running total over time) -> a FULLY_CONNECTED by a frozen 0 / 1 triangle [T, T] over
+    that axis, moved last by TRANSPOSEs where it is not (exclusive and reverse pick the
+    triangle's side and diagonal): the same sums, and its gradient the reverse running
+    total.  Float graphs (int8: no such pass).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'CUMSUM' or len(op.inputs) != 2 or is_const(g, op.inputs[0]) or \
+                not is_const(g, op.inputs[1]):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X = list(g.tensors[x].shape)
+        ax = int(np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)[0]) % max(len(X), 1)
+        T, name = X[ax], g.tensors[y].name
+        i, j = np.meshgrid(np.arange(T), np.arange(T))      # W[j, i]: y_j += x_i
+        rev, exc = bool(op.options.get('reverse')), bool(op.options.get('exclusive'))
+        keep = (i > j if exc else i >= j) if rev else (i < j if exc else i <= j)
+        w = new_tensor(g, name + '/triangle', [T, T], keep.astype(np.float32))
+        g.tensors[w].frozen = True
+        fc = dict(NO_ACTIVATION, keep_num_dims=True, weights_format='DEFAULT',
+                  asymmetric_quantize_inputs=False)
+        if ax == len(X) - 1:
+            made = [Operator(-1, OP_CODES['FULLY_CONNECTED'], 'FULLY_CONNECTED', [x, w, -1], [y],
+                             fc, src=op.src)]
+        else:
+            p = [d for d in range(len(X)) if d != ax] + [ax]
+            q = list(np.argsort(p))
+            xt = new_tensor(g, name + '/moved', [X[d] for d in p], like=x)
+            yt = new_tensor(g, name + '/sums', [X[d] for d in p], like=y)
+            made = [Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE',
+                             [x, new_tensor(g, name + '/perm', [len(p)], np.int32(p))], [xt], {},
+                             src=op.src),
+                    Operator(-1, OP_CODES['FULLY_CONNECTED'], 'FULLY_CONNECTED', [xt, w, -1], [yt],
+                             fc, src=op.src),
+                    Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE',
+                             [yt, new_tensor(g, name + '/back', [len(q)], np.int32(q))], [y], {},
+                             src=op.src)]
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def _selection(g: Graph, op):
+    """A STRIDED_SLICE's [(begin, end, stride, shrink)] per axis of its input, from its
+    constant begin / end / strides and masks, or None (ellipsis, new axes, non-constant)."""
+    o = op.options
+    if len(op.inputs) != 4 or not all(is_const(g, k) for k in op.inputs[1:]) or \
+            o.get('ellipsis_mask') or o.get('new_axis_mask') or o.get('offset'):
+        return None
+    X = list(g.tensors[op.inputs[0]].shape)
+    b, e, st = (const_ints(g, k) for k in op.inputs[1:])
+    if not len(b) == len(e) == len(st) == len(X) or 0 in st:
+        return None
+    sel = []
+    for d, n in enumerate(X):
+        if o.get('shrink_axis_mask', 0) >> d & 1:
+            i = b[d] + n if b[d] < 0 else b[d]
+            sel.append((i, i + 1, 1, True))
+            continue
+        r = range(n)[slice(None if o.get('begin_mask', 0) >> d & 1 else b[d],
+                           None if o.get('end_mask', 0) >> d & 1 else e[d], st[d])]
+        sel.append((r.start, r.stop, r.step, False))
+    return sel
+
+
+def frame_slices(g: Graph) -> int:
+    """Keras 3's TimeDistributed (a Conv2D a frame of a [1, T, H, W, C] clip) writes the
+    frames as STRIDED_SLICEs of a TRANSPOSE or RESHAPE that moves T first ([T, 1, H, W, C]:
+    5-D with a leading axis of T, which utrain does not hold), and its outputs PACKed
+    back [T, 1, ...] and sliced again per frame.  A slice of such a tensor (the same
+    elements, size-1 axes moved) becomes a slice of the tensor before the move (its
+    axes mapped) and a RESHAPE; a slice picking one PACKed input whole becomes a RESHAPE
+    of that input.  prepare had refused them ('tensor ... has shape [4, 1, 8, 8, 1]; utrain
+    handles up to 4-D').  The moves left unread go.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'STRIDED_SLICE' or op not in g.ops:
+            continue
+        src = producer(g, op.inputs[0])
+        sel = _selection(g, op) if src is not None else None
+        if sel is None or src.name not in ('TRANSPOSE', 'RESHAPE', 'PACK'):
+            continue
+        y = op.outputs[0]
+        Y = list(g.tensors[op.inputs[0]].shape)
+        made = None
+        if src.name == 'PACK':
+            a = int(src.options.get('axis', 0)) % len(Y)
+            i, j, k, _ = sel[a]
+            if j - i == 1 and all(s[:3] == (0, n, 1) for d, (s, n) in enumerate(zip(sel, Y))
+                                  if d != a) and 0 <= i < len(src.inputs):
+                made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [src.inputs[i]], [y], {},
+                                 src=op.src)]
+        else:
+            x = src.inputs[0]
+            X = list(g.tensors[x].shape)
+            nx = [d for d, n in enumerate(X) if n != 1]
+            ny = [d for d, n in enumerate(Y) if n != 1]
+            same = [X[d] for d in nx] == [Y[d] for d in ny]
+            if src.name == 'TRANSPOSE':
+                perm = const_ints(g, src.inputs[1]) if is_const(g, src.inputs[1]) else None
+                same = same and perm is not None and [p for p in perm if X[p] != 1] == nx
+            if same and all(sel[d][:3] == (0, 1, 1) for d in range(len(Y)) if Y[d] == 1) and \
+                    len(X) <= 4 + sum(1 for n in X[:-4] if n == 1):
+                at = dict(zip(nx, ny))
+                b = [sel[at[d]][0] if d in at else 0 for d in range(len(X))]
+                e = [sel[at[d]][1] if d in at else 1 for d in range(len(X))]
+                st = [sel[at[d]][2] if d in at else 1 for d in range(len(X))]
+                shp = [len(range(bb, ee, ss)) for bb, ee, ss in zip(b, e, st)]
+                mid = new_tensor(g, g.tensors[y].name + '/frame', shp, like=y)
+                made = [slice_op(g, x, mid, g.tensors[y].name + '/frame', b, e, st, op.src),
+                        Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [mid], [y], {}, src=op.src)]
+        if made is None or int(np.prod(g.tensors[made[-1].inputs[0]].shape)) != \
+                int(np.prod(g.tensors[y].shape)):
+            continue
+        make_reshape(g, made[-1], list(g.tensors[y].shape))
+        replace_op(g, op, made)
+        if src.outputs[0] not in g.outputs and not consumers(g, src.outputs[0]):
+            remove_op(g, src)
+        done += 1
+    return done
+
+
+def constant_masks(g: Graph) -> int:
+    """A SELECT / SELECT_V2 whose condition is a bool constant (Keras's MultiHeadAttention
+    with use_causal_mask: FILL of true, LOGICAL_AND with the triangle, both folded by
+    fold_shapes) -> the same select reading a float32 1.0 / 0.0 copy of it: utrain holds a
+    condition as such a mask (op_sel), and prepare had refused the bool tensor ('utrain
+    trains float32 models').  Returns how many."""
+    done = 0
+    for sel in g.ops:
+        if sel.name not in ('SELECT', 'SELECT_V2') or not sel.inputs or \
+                not is_const(g, sel.inputs[0]) or g.tensors[sel.inputs[0]].dtype != 'bool':
+            continue
+        c = g.tensors[sel.inputs[0]]
+        sel.inputs = [new_tensor(g, c.name + '/mask', c.shape,
+                                 np.asarray(c.data).reshape(c.shape).astype(np.float32))
+                      ] + sel.inputs[1:]
+        g.tensors[sel.inputs[0]].frozen = True
+        done += 1
+    return done
+
+
 def selects_to_relu(g: Graph) -> int:
     """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
     GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +
@@ -694,6 +837,47 @@ def elementwise_forms(g: Graph) -> int:
             spell(g, op, [('MUL', [x, x], NO_ACTIVATION, None), ('MEAN', ['prev', axis], {'keep_dims': True}, row),
                            ('MUL', ['prev', n], NO_ACTIVATION, row), ('ADD', ['prev', eps], NO_ACTIVATION, row),
                            ('RSQRT', ['prev'], {}, row), ('MUL', [x, 'prev'], NO_ACTIVATION, None)])
+        done += 1
+    return done
+
+
+def gapped_means(g: Graph) -> int:
+    """A float MEAN or SUM whose reduced axes (size-1 axes aside) are not one run (Keras's
+    GroupNormalization: moments over axes [1, 2, 4] of [1, H, W, groups, C / groups]) ->
+    a TRANSPOSE moving the kept axes first and the reduced last (each in its order), the
+    reduction over the trailing run, a RESHAPE to the output's shape (keep_dims or not):
+    utrain reduces one run of axes, and prepare had refused it ('the reduced axes must be
+    adjacent').  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('MEAN', 'SUM') or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or g.tensors[op.inputs[0]].dtype != 'float32':
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X = list(g.tensors[x].shape)
+        axes = {a % max(len(X), 1) for a in const_ints(g, op.inputs[1])}
+        flags = [d in axes for d in range(len(X)) if X[d] != 1]
+        if True not in flags:
+            continue
+        first, last = flags.index(True), len(flags) - 1 - flags[::-1].index(True)
+        if all(flags[first:last + 1]):
+            continue
+        kept = [d for d in range(len(X)) if d not in axes]
+        red = sorted(axes)
+        p = kept + red
+        name = g.tensors[y].name
+        xt = new_tensor(g, name + '/moved', [X[d] for d in p], like=x)
+        r = new_tensor(g, name + '/reduced', [X[d] for d in kept], like=y)
+        made = [Operator(-1, OP_CODES['TRANSPOSE'], 'TRANSPOSE',
+                         [x, new_tensor(g, name + '/perm', [len(p)], np.int32(p))], [xt], {},
+                         src=op.src),
+                Operator(-1, op.code, op.name,
+                         [xt, new_tensor(g, name + '/axes', [len(red)],
+                                         np.int32(list(range(len(kept), len(p)))))], [r],
+                         {'keep_dims': False}, src=op.src),
+                Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [r], [y], {}, src=op.src)]
+        make_reshape(g, made[2], list(g.tensors[y].shape))
+        replace_op(g, op, made)
         done += 1
     return done
 

@@ -596,6 +596,9 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
                     log=lambda *a: None, int8=False, progress=0, train=train,
                     scale_input=False, output=output, **kw)
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
+        frozen = set(s.get('frozen_constants') or ())
+        for t in g.tensors:     # (spellings.cumsums_to_fc's triangle: no int8 parameter)
+            t.frozen = t.name in frozen
         places = []
         if len(g.outputs) > 1:      # (the trained one first, as prepare's run has it)
             from ..graph.inout import choose_output, natural

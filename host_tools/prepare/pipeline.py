@@ -181,6 +181,24 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     return s
 
 
+def _rows_softmaxed(g, k, C, depth=0) -> bool:
+    """Is tensor k made of SOFTMAX outputs over rows of C, through RESHAPE / SQUEEZE /
+    EXPAND_DIMS and PACK / CONCATENATION of such rows only?"""
+    op = next((o for o in g.ops if k in o.outputs), None)
+    if op is None or depth > 8:
+        return False
+    if op.name == 'SOFTMAX':
+        return int(g.tensors[k].shape[-1]) == C
+    if op.name in ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS'):
+        return _rows_softmaxed(g, op.inputs[0], C, depth + 1)
+    if op.name in ('PACK', 'CONCATENATION') and op.inputs:
+        if op.name == 'CONCATENATION' and int(op.options.get('axis', 0)) % max(
+                len(g.tensors[k].shape), 1) == len(g.tensors[k].shape) - 1:
+            return False        # (joined along the rows: not rows of C)
+        return all(_rows_softmaxed(g, i, C, depth + 1) for i in op.inputs)
+    return False
+
+
 def step_classes(g, s, data, overrides, log=print) -> dict:
     """s for a class number a step (y (N, T), or one-hot a step, (N, T, C)) given a model
     whose output is a row of C values a step (T x C, dataset.per_step): cce on them
@@ -207,7 +225,14 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
     if named and s['loss'] not in ('cce', 'scce'):
         return s
     last = final_op(g)
-    if (last is None or last.name != 'SOFTMAX') and g.tensors[g.outputs[0]].dtype == 'float32' \
+    if _rows_softmaxed(g, g.outputs[0], ps[1]):
+        # each row a SOFTMAX's, PACKed / joined and reshaped after (Keras's
+        # TimeDistributed(Dense(C, activation='softmax')) unrolled): probabilities already;
+        # a softmax over each row again had trained the softmax of probabilities
+        last = next(o for o in g.ops if o.name == 'SOFTMAX')
+        g.step_probs = True         # (validate.loss_on_logits: probabilities, as they are)
+        s = dict(s, from_logits=False)
+    elif (last is None or last.name != 'SOFTMAX') and g.tensors[g.outputs[0]].dtype == 'float32' \
             and len(g.outputs) == 1:
         # rows of logits (a Conv1d / Dense head without its softmax): a softmax over each
         # row for the run (the board's loss from logits would normalise all rows as one),
@@ -472,6 +497,13 @@ def dropped_outputs(model_path, g) -> list:
         f'{model_path}: input {name!r} is read only by outputs left out: the run takes no '
         'samples of it (evaluate gives ONNX Runtime zeros for it)'
         for name in getattr(g, 'onnx_unread', ())] + [
+        f'{model_path}: weight {name!r} is computed in the graph from the initializer'
+        f'{"s" * (len(inits) > 1)} {", ".join(repr(i) for i in inits)} by {", ".join(ops)} '
+        '(e.g. F.normalize of a cosine classifier\'s weight): utrain computes it once and '
+        'keeps it frozen, as export cannot write a trained value back through those ops; '
+        'the other layers train (to train it, export the layer with its weight an '
+        'initializer read directly)'
+        for name, inits, ops in getattr(g, 'onnx_computed_frozen', ())] + [
         f'{model_path}: op {n} (CONCATENATION) ends the model in the two probabilities '
         f'(1 - p, p) of the sigmoid before it: utrain trains p, the probability of class 1 '
         f'(bce on class numbers 0 and 1); the exported model keeps both'
@@ -617,6 +649,10 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     summary = {'model': os.path.abspath(model_path), 'flat_bytes': wrote['flat_bytes'],
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
                'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
+               # constants that are no parameter (Tensor.frozen, which rewritten.circle does
+               # not carry: fromfloat's int8 graph is read from it)
+               'frozen_constants': sorted(t.name for t in g.tensors
+                                          if t.frozen and t.data is not None),
                'frozen_params': int(sum(t.data.size for t in g.tensors
                                         if t.data is not None and t.index not in p.params
                                         and t.dtype == 'float32' and t.index in p.last_use)),

@@ -2156,7 +2156,9 @@ def _mark_trained(g, out, train, ranks):
     (refused where one cannot pass a gradient back), the masks (masks())."""
     from ..graph.passes import channel_range, RANK_NAMES
     ops_on, rk = _ops_on(g, train, ranks)
-    chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
+    # (a frozen weight is no parameter: spellings.cumsums_to_fc's triangle)
+    chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on
+              and not getattr(g.tensors[g.ops[d['op']].inputs[1]], 'frozen', False)]
     bad = sorted(set(ranks) - {g.ops[out[i]['op']].number for i in chosen})
     if bad:
         name = next((op.name for op in g.ops if op.number == bad[0]), 'folded away')

@@ -2116,3 +2116,223 @@ def test_a_string_attribute_not_utf8_is_refused_by_name(tmp_path):
     onnx.save(m, p)
     with pytest.raises(ModelError, match='pad.onnx: node the_odd_one.*mode refl\ufffdect: utrain pads with a constant, a reflection'):
         read_model(p)
+
+
+def test_reciprocal_node_runs_and_passes_its_gradient(tmp_path):
+    """torch.reciprocal (ONNX Reciprocal) had been refused ('cannot read ONNX op
+    Reciprocal'): read as DIV of the constant 1 by x.  utrain's forward = 1 / h, the
+    gradient of the MatMul's weight x^T (dy * -1 / h^2)."""
+    from utrain.sink import Sums
+    p = _tiny(os.fspath(tmp_path / 'r.onnx'), 'Reciprocal')
+    rng = np.random.default_rng(0)
+    x = (np.sign(rng.standard_normal((6, 4))) * (0.5 + rng.random((6, 4)))).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x)
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', epochs=1, lr=0.01,
+            log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, x), 1 / x.astype(np.float64), rtol=1e-5, atol=1e-6)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(x[:1])
+    tr.net.forward(True)
+    dy = np.array([[0.5, -1.0, 2.0, 0.25]])
+    tr.net.backward(dy.astype(np.float32))
+    (k,) = tr.net.trainable
+    h = x[0].astype(np.float64)
+    want = np.outer(dy[0] * -1 / h ** 2, h)     # [out, in], as an FC's weight
+    got = np.asarray(tr.net.sink.acc[k]).reshape(4, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_batchnorm1d_whose_stats_are_identities_of_its_params_exports(tmp_path):
+    """torch.onnx writes a fresh BatchNorm1d (after a Linear: a Gemm, no conv to fold into)
+    with running_var = Identity(weight) and running_mean = Identity(bias): equal
+    initializers deduplicated.  Its scale and shift trained, and export refused them
+    ('comes from no initializer'); written back, the Identity must not carry the trained
+    weight into the variance: ORT on the export = utrain's trained forward."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((6, 4))).astype(np.float32)
+    w2 = (0.6 * r.standard_normal((3, 6))).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [6, 4], w.ravel()),
+             helper.make_tensor('bn.weight', T.FLOAT, [6], np.ones(6, np.float32)),
+             helper.make_tensor('bn.bias', T.FLOAT, [6], np.zeros(6, np.float32)),
+             helper.make_tensor('w2', T.FLOAT, [3, 6], w2.ravel())]
+    nodes = [helper.make_node('Identity', ['bn.weight'], ['bn.running_var']),
+             helper.make_node('Identity', ['bn.bias'], ['bn.running_mean']),
+             helper.make_node('Gemm', ['x', 'w'], ['a'], transB=1),
+             helper.make_node('BatchNormalization', ['a', 'bn.weight', 'bn.bias', 'bn.running_mean',
+                                                     'bn.running_var'], ['n'], name='bn'),
+             helper.make_node('Tanh', ['n'], ['h']),
+             helper.make_node('Gemm', ['h', 'w2'], ['y'], transB=1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], inits)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    p, d, s, out = _trained_and_exported(tmp_path, g, 'bn1d.onnx', xs, xs[:, :3] * 2, 0.1)
+    assert any(n.endswith('bn_scale') for n in s['trainable']), s['trainable']
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3        # (it trained)
+
+
+def test_weight_normalized_in_the_graph_is_computed_once_and_frozen(tmp_path):
+    """A cosine classifier: F.normalize(W) in the graph (ReduceL2, Clip, Expand, Div of the
+    initializer W) before the MatMul.  prepare had refused it ('node (Clip): cannot fold
+    this op on constants', nothing said of what to do); now the normalized weight is
+    computed on the host and frozen (export cannot write a trained value back through a
+    normalization), which prepare says; the encoder trains, and ORT on the export (W as
+    it was) = utrain's trained forward."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    e = (0.6 * r.standard_normal((5, 4))).astype(np.float32)
+    W = r.standard_normal((3, 5)).astype(np.float32)
+    inits = [helper.make_tensor('e', T.FLOAT, [5, 4], e.ravel()),
+             helper.make_tensor('W', T.FLOAT, [3, 5], W.ravel()),
+             helper.make_tensor('eps', T.FLOAT, [], [1e-12]),
+             helper.make_tensor('shape', T.INT64, [2], [3, 5])]
+    nodes = [helper.make_node('Gemm', ['x', 'e'], ['a'], transB=1),
+             helper.make_node('Tanh', ['a'], ['h']),
+             helper.make_node('ReduceL2', ['W'], ['n'], axes=[1], keepdims=1),
+             helper.make_node('Clip', ['n', 'eps', ''], ['nc']),
+             helper.make_node('Expand', ['nc', 'shape'], ['ne']),
+             helper.make_node('Div', ['W', 'ne'], ['wn']),
+             helper.make_node('Transpose', ['wn'], ['wt'], perm=[1, 0]),
+             helper.make_node('MatMul', ['h', 'wt'], ['y'])]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3])], inits)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    said = []
+    from onnx import helper as hp
+    p = os.fspath(tmp_path / 'cos.onnx')
+    onnx.save(hp.make_model(g, opset_imports=[hp.make_opsetid('', 13)]), p)
+    np.savez(tmp_path / 'd.npz', x=xs, y=xs[:, :3])
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
+                epochs=2, log=lambda *a, **k: said.append(' '.join(map(str, a))))
+    assert list(s['trainable']) == ['e'], s['trainable']
+    assert any("computed in the graph from the initializer 'W'" in m and 'frozen' in m
+               for m in said), said
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3        # (e trained)
+
+
+@pytest.mark.parametrize('axis,keep', [(1, 0), (2, 1)])
+def test_reduce_log_sum_exp_runs_and_passes_its_gradient(tmp_path, axis, keep):
+    """torch.logsumexp (ONNX ReduceLogSumExp) had been refused ('cannot read ONNX op
+    ReduceLogSumExp'): read as max + log(sum(exp(x - max))).  Forward = numpy's (values
+    whose exp overflows float32 among them), the weight's gradient = central differences."""
+    from onnx import TensorProto as T, helper
+    from utrain.sink import Sums
+    r = np.random.default_rng(0)
+    w = r.standard_normal((5, 5)).astype(np.float32)
+    out = [1, 5] if axis == 1 and not keep else [1, 4, 1]
+    nodes = [helper.make_node('MatMul', ['x', 'w'], ['h']),
+             helper.make_node('ReduceLogSumExp', ['h'], ['y'], axes=[axis], keepdims=keep)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4, 5])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, out)],
+                          [helper.make_tensor('w', T.FLOAT, [5, 5], w.ravel())])
+    p = os.fspath(tmp_path / 'lse.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    x = r.standard_normal((4, 4, 5)).astype(np.float32)
+    x[0] *= 40                                  # (exp of h beyond float32's range)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros([4] + out[1:], np.float32))
+    d = os.fspath(tmp_path / 'run')
+    # (scale_input off: the device's weight is the file's, the gradient comparable)
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.01, scale_input=False,
+            log=lambda *a: None)
+
+    def forward(xi, wv=w.astype(np.float64)):
+        h = xi.astype(np.float64) @ wv
+        m = h.max(axis - 1, keepdims=True)
+        return (m + np.log(np.exp(h - m).sum(axis - 1, keepdims=True))).reshape(-1)
+    np.testing.assert_allclose(utrain_run(d, x), np.stack([forward(xi) for xi in x]),
+                               rtol=1e-5, atol=1e-4)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(x[1:2])
+    tr.net.forward(True)
+    dy = r.standard_normal(int(np.prod(out)))
+    tr.net.backward(dy.reshape(tr.net.shape[tr.net.outputs[0]]).astype(np.float32))
+    want = np.zeros((5, 5))
+    for i in np.ndindex(5, 5):
+        e = np.zeros((5, 5))
+        e[i] = 1e-5
+        want[i] = dy @ (forward(x[1], w + e) - forward(x[1], w - e)) / 2e-5
+    (k,) = tr.net.trainable
+    np.testing.assert_allclose(np.asarray(tr.net.sink.acc[k]).reshape(5, 5).T, want,
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('ctm,how', [('pytorch_half_pixel', 'scales'), ('half_pixel', 'scales'),
+                                     ('align_corners', 'sizes')])
+def test_linear_resize_of_a_1d_signal_runs(tmp_path, ctm, how):
+    """F.interpolate(x, scale_factor=2, mode='linear') of [N, C, L] (ONNX Resize of a 3-D
+    tensor) had been refused ("mode linear: utrain resizes with mode 'linear' (bilinear)
+    or 'nearest'", of a linear resize): resized as the map [N, C, 1, L] along its width.
+    utrain's forward = ONNX Runtime's, and the conv before it trains."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    w = (0.5 * r.standard_normal((3, 2, 3))).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [3, 2, 3], w.ravel())]
+    if how == 'scales':
+        inits.append(helper.make_tensor('sc', T.FLOAT, [3], [1.0, 1.0, 2.0]))
+        rin = ['h', '', 'sc']
+    else:
+        inits.append(helper.make_tensor('sz', T.INT64, [3], [1, 3, 13]))
+        rin = ['h', '', '', 'sz']
+    nodes = [helper.make_node('Conv', ['x', 'w'], ['h'], pads=[1, 1]),
+             helper.make_node('Resize', rin, ['y'], mode='linear',
+                              coordinate_transformation_mode=ctm)]
+    L2 = 16 if how == 'scales' else 13
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 8])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 3, L2])], inits)
+    p = os.fspath(tmp_path / 'r.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), p)
+    x = r.standard_normal((6, 2, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((6, 3, L2), np.float32))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.01, log=lambda *a: None)
+    assert list(s['trainable']) == ['w'], s['trainable']
+    np.testing.assert_allclose(utrain_run(d, x), ort_run(p, x).reshape(6, -1), rtol=1e-5,
+                               atol=FWD_TOL)
+
+
+@pytest.mark.parametrize('kind', ['tanh_bi', 'relu_2layers'])
+def test_elman_rnn_node_trains_and_exports(tmp_path, kind):
+    """nn.RNN (ONNX RNN: h = act(x W + h R + b), tanh or relu) had been refused ('cannot
+    read ONNX op RNN'): unrolled as GRU and LSTM are.  utrain's forward = ONNX Runtime's,
+    and ORT on the export = utrain's trained forward."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            bi = kind == 'tanh_bi'
+            self.r = nn.RNN(3, 4, num_layers=1 if bi else 2, batch_first=True, bidirectional=bi,
+                            nonlinearity='tanh' if bi else 'relu')
+            self.o = nn.Linear(8 if bi else 4, 2)
+
+        def forward(self, x):
+            y, _ = self.r(x)
+            return self.o(y[:, -1])
+    p = os.fspath(tmp_path / 'rnn.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(Net().eval(), (torch.zeros(1, 5, 3),), p, opset_version=13,
+                          input_names=['x'], output_names=['y'], dynamo=False)
+    xs = np.random.default_rng(0).standard_normal((12, 5, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.random.default_rng(1).standard_normal((12, 2)))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
+            epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < 1e-5
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3

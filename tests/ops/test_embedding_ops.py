@@ -19,7 +19,7 @@ F32 = np.float32
 N, D, L, O = 7, 3, 5, 2          # table rows, width, ids a sample, outputs
 
 
-def build_keras_embedding(path, wrap=True, seed=0, ints=False, pool='MEAN'):
+def build_keras_embedding(path, wrap=True, seed=0, ints=False, pool='MEAN', select='SELECT_V2'):
     """ids [1, L] (float; ints: int32, no CAST) -> CAST -> [LESS, ADD, SELECT_V2] ->
     GATHER [1, L, D] -> MEAN (or REDUCE_MAX) over L -> FULLY_CONNECTED [1, O], as TF 2.21
     writes Keras 3's Embedding + GlobalAveragePooling1D (GlobalMaxPooling1D) + Dense.
@@ -33,7 +33,7 @@ def build_keras_embedding(path, wrap=True, seed=0, ints=False, pool='MEAN'):
     w = b.tensor('w', [O, D], data=W)
     bias = b.tensor('b', [O], data=np.array([0.1, -0.2], F32))
     axis = b.tensor('axis', [1], data=np.array([1], np.int32))
-    i = keras_ids(b, x, N, L, ints, wrap)
+    i = keras_ids(b, x, N, L, ints, wrap, select)
     g = b.tensor('gathered', [1, L, D])
     b.op('GATHER', [emb, i], [g], axis=0, batch_dims=0)
     m = b.tensor('mean', [1, D])
@@ -78,6 +78,24 @@ def test_forward_is_tflite_micros_and_negative_ids_read_from_the_end(tmp_path):
         if not wrap:
             np.testing.assert_allclose(got, tflm_infer(src, x), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(got, onert_infer(src, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fixed_batch_embeddings_select_v1_reads_negative_ids(tmp_path):
+    """keras.Input((L,), batch_size=1, dtype='int32') -> Embedding (as a recurrent layer
+    after it wants): the converter writes the negative-id select as SELECT (v1), which
+    prepare had refused ('tensor 0 ... is int32; utrain trains float32 models').  Read
+    as SELECT_V2's: utrain's forward is the numpy reference's, negative ids included."""
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import prepare
+    src, forward = build_keras_embedding(tmp_path / 'e.tflite', ints=True, select='SELECT')
+    x = _ids(8)
+    np.savez(tmp_path / 'd.npz', x=x.astype(np.int32), y=np.zeros((8, O), F32))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
+            optimizer='sgd', lr=0.01, batch=1, epochs=1, log=lambda *a: None)
+    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+    xs = np.concatenate([x, -_ids(4, 1)])
+    np.testing.assert_allclose(utrain_predict(tr, xs, [1, L]), forward(xs), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('bad, says', [(7.0, 'index 7.0 is not a row of its 7 (0..6, or -7..-1)'),

@@ -182,3 +182,85 @@ def test_softplus_classifier_prepare_run_export(tmp_path):
                                    ref[i].ravel(), rtol=1e-4, atol=1e-5)
     acc = [float(cli('evaluate', m, data).split('accuracy ')[1].split()[0]) for m in (model, trained)]
     assert acc[1] > acc[0] + 0.3, acc
+
+
+# ------------------------------------------------------------------ a constant condition
+def _causal_scores(path, T=4, O=3, seed=0):
+    """Keras's MultiHeadAttention(use_causal_mask=True) as TFLiteConverter writes its mask:
+    x [1, T*T] -> FC -> RESHAPE [1, T, T] (the scores); SHAPE of them -> FILL(true) ->
+    LOGICAL_AND with the lower triangle (a bool constant) -> SELECT_V2(mask, scores, -1e9)
+    -> SOFTMAX -> RESHAPE [1, T*T] -> FC -> y.  Returns (path, W1, W2, tri)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(seed)
+    W1 = rng.normal(size=(T * T, T * T)).astype(np.float32) * 0.5
+    W2 = rng.normal(size=(O, T * T)).astype(np.float32)
+    tri = np.tril(np.ones((1, 1, T, T), bool))
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T * T])
+    h = b.tensor('h', [1, T * T])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [T * T, T * T], data=W1), -1], [h],
+         fused_activation_function='NONE')
+    s = b.tensor('scores', [1, 1, T, T])
+    b.op('RESHAPE', [h, b.tensor('s_shape', [4], data=np.array([1, 1, T, T], np.int32))], [s])
+    shp = b.tensor('shape', [4], dtype='int32')
+    b.op('SHAPE', [s], [shp])
+    ones = b.tensor('ones_like', [1, 1, T, T], dtype='bool')
+    b.op('FILL', [shp, b.tensor('true', [], data=np.array(True))], [ones])
+    mask = b.tensor('LogicalAnd', [1, 1, T, T], dtype='bool')
+    b.op('LOGICAL_AND', [ones, b.tensor('tri', [1, 1, T, T], data=tri)], [mask])
+    sel = b.tensor('sel', [1, 1, T, T])
+    b.op('SELECT_V2', [mask, s, b.tensor('neg', [], data=np.array(-1e9, np.float32))], [sel])
+    p = b.tensor('p', [1, 1, T, T])
+    b.op('SOFTMAX', [sel], [p], beta=1.0)
+    pf = b.tensor('pf', [1, T * T])
+    b.op('RESHAPE', [p, b.tensor('p_shape', [2], data=np.array([1, T * T], np.int32))], [pf])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [pf, b.tensor('w2', [O, T * T], data=W2), -1], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path), W1, W2, tri[0, 0]
+
+
+def test_select_by_a_constant_bool_mask_trains(tmp_path):
+    """A select whose condition is a bool constant once the shape arithmetic is folded (a
+    causal attention mask: FILL of true AND the triangle) is read as a 1.0 / 0.0 float mask
+    (spellings.constant_masks): prepare had refused the folded bool tensor ('utrain trains
+    float32 models').  utrain's forward and gradients are a float64 numpy reference's (TFLite
+    Micro cannot run a FILL of a shape read at run time): the masked scores get none."""
+    from host_tools.prepare.pipeline import prepare
+    from utrain.sink import Sums
+    T = 4
+    src, W1, W2, tri = _causal_scores(tmp_path / 'causal.tflite', T)
+    x = np.random.default_rng(1).normal(size=(6, T * T)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((6, 3), np.float32))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.1,
+            log=lambda *a, **k: None)
+    tr = tp.new_trainer(out / 'model.flat', out / 'weights.wof')
+    got = tp.utrain_predict(tr, x, [1, T * T])
+
+    def probs(xi):
+        s = (W1.astype(np.float64) @ xi.astype(np.float64)).reshape(T, T)
+        e = np.where(tri, np.exp(s - np.where(tri, s, -np.inf).max(1, keepdims=True)), 0.0)
+        return e / e.sum(1, keepdims=True)
+    ref = np.stack([W2.astype(np.float64) @ probs(xi).reshape(-1) for xi in x])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    # gradients of one sample (dL/dy = dy)
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(x[:1])
+    tr.net.forward(True)
+    dy = np.array([[0.5, -1.0, 2.0]])
+    tr.net.backward(dy.astype(np.float32))
+    p = probs(x[0])
+    dp = (W2.T.astype(np.float64) @ dy[0]).reshape(T, T)
+    ds = p * (dp - (dp * p).sum(1, keepdims=True))
+    want = {(T * T, T * T): np.outer(ds.reshape(-1), x[0]), (3, T * T): np.outer(dy[0], p.reshape(-1))}
+    g = read_model(os.fspath(out / 'rewritten.circle'))
+    got = {tuple(g.tensors[k].shape): np.asarray(tr.net.sink.acc[k]).reshape(g.tensors[k].shape)
+           for k in tr.net.trainable if len(g.tensors[k].shape) == 2}
+    assert set(got) == set(want), got.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6, err_msg=str(k))
+    assert not got[(T * T, T * T)].reshape(T, T, T * T)[~tri].any()     # masked: none

@@ -1741,10 +1741,11 @@ def raw_images(path, n, seed=3, H=8, C=1, O=3):
     return os.fspath(path), x, y
 
 
-def keras_ids(b, x, N, L, ints=False, wrap=True):
+def keras_ids(b, x, N, L, ints=False, wrap=True, select='SELECT_V2'):
     """The ids [1, L] of a Keras Embedding of N rows from input x as TF 2.21 writes them
     into builder b: a CAST of the float ids to int32 (ints: x is int32 already), Keras 3's
-    SELECT_V2(LESS(i, 0), ADD(i, N), i) for negative ids (wrap).  Returns the tensor."""
+    SELECT_V2(LESS(i, 0), ADD(i, N), i) for negative ids (wrap; select 'SELECT': as the
+    converter writes it for an input of a fixed batch).  Returns the tensor."""
     c = x
     if not ints:
         c = b.tensor('cast', [1, L], dtype='int32')
@@ -1757,7 +1758,7 @@ def keras_ids(b, x, N, L, ints=False, wrap=True):
                       (('less', 'bool'), ('add', 'int32'), ('sel', 'int32')))
     b.op('LESS', [c, zero], [less])
     b.op('ADD', [c, n], [add], fused_activation_function='NONE')
-    b.op('SELECT_V2', [less, add, c], [sel])
+    b.op(select, [less, add, c], [sel])
     return sel
 
 

@@ -214,15 +214,33 @@ def test_an_int8_regression_trains_as_int8(tmp_path):
     assert 'q8.json' in text and not any('dequantized' in m for m in said), said
 
 
-def _per_step_model(path, T=5, C=3, K=4, softmax=True):
+def _per_step_model(path, T=5, C=3, K=4, softmax=True, packed=False):
     """Keras's Dense(K, activation='softmax') on a sequence [T, C] as the converter writes
-    it (FULLY_CONNECTED keeping the steps, SOFTMAX over each step's row), or its logits.
+    it (FULLY_CONNECTED keeping the steps, SOFTMAX over each step's row), or its logits;
+    packed: TimeDistributed(Dense(K, activation='softmax')) as the converter unrolls it
+    (each step sliced, its FC and SOFTMAX, PACKed [T, 1, K], RESHAPEd [1, T, K]).
     Returns (path, w, b)."""
     from host_tools.formats.circle_build import CircleBuilder
     rng = np.random.default_rng(0)
     b = CircleBuilder(identifier=b'TFL3')
     x, z = b.tensor('x', [1, T, C]), b.tensor('z', [1, T, K])
     w, bias = rng.standard_normal((K, C)).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    if packed:
+        wt, bt, rows = b.tensor('w', w.shape, data=w), b.tensor('b', [K], data=bias), []
+        for t in range(T):
+            xt, zt, pt = (b.tensor(f'{n}{t}', [1, m]) for n, m in (('x', C), ('z', K), ('p', K)))
+            b.op('STRIDED_SLICE', [x] + [b.tensor(f'{n}{t}', [3], data=np.int32(v)) for n, v in (
+                ('sb', [0, t, 0]), ('se', [1, t + 1, C]), ('ss', [1, 1, 1]))], [xt],
+                shrink_axis_mask=2)
+            b.op('FULLY_CONNECTED', [xt, wt, bt], [zt])
+            b.op('SOFTMAX', [zt], [pt], beta=1.0)
+            rows.append(pt)
+        pk, p = b.tensor('packed', [T, 1, K]), b.tensor('p', [1, T, K])
+        b.op('PACK', rows, [pk], axis=0, values_count=T)
+        b.op('RESHAPE', [pk, b.tensor('shape', [3], data=np.int32([1, T, K]))], [p])
+        b.inputs(x)
+        b.outputs(p)
+        return b.save(str(path)), w, bias
     b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w), b.tensor('b', [K], data=bias)],
          [z], keep_num_dims=True)
     if softmax:
@@ -289,6 +307,40 @@ def test_a_class_a_step_trains_cce_per_step(tmp_path):
     assert '"loss": "cce"' in text and '"metric": "mae"' in text, said
     from host_tools.prepare.quant import loss_refusal
     assert 'a class a step' in loss_refusal({'loss': 'cce'}, read_model(model))
+
+
+def test_a_class_a_step_on_packed_softmax_rows_is_no_logits(tmp_path):
+    """Keras's TimeDistributed(Dense(K, activation='softmax')) ends the model in PACK and
+    RESHAPE of each step's SOFTMAX: the output is probabilities, but prepare took it for
+    logits and put a softmax over each row after it (the softmax of probabilities: loss
+    10.984 for the true 10.985 on a round-32 sequence labeller, a weaker gradient).  One
+    SGD step is numpy's summed per-step cross-entropy gradient of the one softmax."""
+    from host_tools.prepare.pipeline import export
+    from host_tools.target import runner
+    from host_tools.formats.circle_io import read_model
+    T, C, K = 5, 3, 4
+    model, w, bias = _per_step_model(tmp_path / 'k.tflite', T, C, K, packed=True)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, T, C)).astype(np.float32)
+    y = rng.integers(0, K, (1, T))
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    out, lr, said = tmp_path / 'run', 0.1, []
+    prepare(model, str(out), data=str(tmp_path / 'd.npz'), optimizer='sgd', lr=lr, batch=1,
+            epochs=1, log=lambda *m: said.append(' '.join(map(str, m))))
+    assert not any('softmax over each row' in m or 'as logits' in m for m in said), said
+    cfg = json.loads(open(out / 'train.json').read())
+    assert cfg['loss'] == 'cce' and cfg['from_logits'] is False
+    code, log = runner.run(str(out), python=True, stream=False)
+    assert code == 0, log
+    export(model, str(out / 'trained.wof'), str(tmp_path / 'e.tflite'))
+    got = {t.name: t.data for t in read_model(str(tmp_path / 'e.tflite')).tensors
+           if t.data is not None}
+    z = x[0].astype(np.float64) @ w.T + bias
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = p - np.eye(K)[y[0]]
+    np.testing.assert_allclose(got['w'], w - lr * dz.T @ x[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got['b'], bias - lr * dz.sum(0), rtol=1e-4, atol=1e-5)
 
 
 def test_a_class_a_step_on_rows_of_logits_trains_a_softmax_a_row(tmp_path):
