@@ -270,6 +270,8 @@ class Group:
         from utrain.xnp import zeros  # (q8bands' int8 groups load no float code)
         cap = self.plan()
         net = self.net
+        if net.stream:
+            net.stream.ready(self.lo)
         self.plan_only = False
         self.buf = buf = {}
         self.strip = {}
@@ -348,8 +350,12 @@ def rows(net):
 
 def run(net, i, free):
     """Run the band group starting at op i; returns the op after it."""
-    g = net.bands[i]
-    if not isinstance(g, Group):
-        g = net.bands[i] = Group(net, i, g[0], g[1])
+    b = net.bands
+    if not isinstance(b[i], Group):
+        for lo in b:
+            if not isinstance(b[lo], Group):
+                b[lo] = Group(net, lo, b[lo][0], b[lo][1])
+                b[lo].plan()
+    g = b[i]
     g.run(free)
     return g.hi

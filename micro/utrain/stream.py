@@ -50,10 +50,14 @@ class Stream:
         self.chunk = buffer(max(big, CHUNK)) if big else None
         self.lo = lo
 
-    def fetch(self, i):
-        """Read op i's whole constant inputs into the slot buffers."""
+    def ready(self, i):
+        """The slot buffers for ops i.. made (at the first call, for the ops from there on)."""
         if self.lo is None or i < self.lo:
             self._alloc(0 if self.lo is not None else i)
+
+    def fetch(self, i):
+        """Read op i's whole constant inputs into the slot buffers."""
+        self.ready(i)
         net = self.net
         t, sh = net.t, net.shape
         f = None
