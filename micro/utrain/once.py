@@ -37,6 +37,35 @@ def last_logged(path, resume):
         return -1
 
 
+def head(tr, files, log):
+    # A fresh run's header in train.log: each run's rows follow a header of their own, so
+    # an earlier run's rows (its epochs from 0 or 1 again) are not taken for this run's
+    # (a resume reads the last row's epoch: utrain.once.last_logged).  Says what this run
+    # starts from where the log holds an earlier run's rows (a re-run had said only
+    # '(not better than epoch 0)' of the earlier run's weights)
+    path, metric = files['log'], tr.cfg['metric']
+    try:
+        with open(path, 'rb') as f:
+            f.seek(max(0, f.seek(0, 2) - 256))
+            rows = f.read().split(b'\n')
+    except OSError:
+        rows = []
+    last = rows[-2] if len(rows) > 1 else b''
+    if last[:6] == b'epoch,':       # (a header and no row yet: this run's)
+        return
+    if last:
+        ck, out = files.get('checkpoint'), files['out']
+        w = tr.weights_path
+        print('utrain: %s holds an earlier run (to epoch %s): this run starts again at epoch '
+              '%d from %s, its rows under a header of their own; %s' % (
+                  path, last.split(b',')[0].decode(), not files.get('test'),
+                  w + (' (the best weights so far)' if w == out else ' (the prepared weights)'),
+                  'to go on from that run\'s last weights instead: "resume": true under "run" '
+                  'in train.json with "epochs" raised (%s)' % ck if ck and w != out else
+                  'its best weights, %s, are replaced only by better ones' % out))
+    saving(path, log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+
+
 def resume(tr, ckpt):
     # the checkpoint read into trainer tr, and where it goes on ("epochs" edited down to
     # the checkpoint's: the run had ended 'ok', unsaid)
@@ -157,9 +186,12 @@ def unexpected(e):
 
 def finished(tr, out, keep, metric, why):
     # run.main's last line: where the weights are
-    if keep and tr.best:
-        print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric,
-                                                                    tr.best[2]))
+    b = tr.best
+    if keep and b:
+        r = STATE['s'].get('rec')      # (trained.wof's result before this run: epoch 0)
+        print('%s holds the best weights: %s, test_%s %.4f' % (
+            out, 'epoch %d' % b[0] if b[0] or not r or r[1:] != b[1:] else
+            'still those it held before this run (none of its epochs beat them)', metric, b[2]))
     else:
         print('saved %s%s' % (out, ' (the last good weights, restored)' if why else ''))
 

@@ -200,7 +200,7 @@ def main(cfg_path='train.json'):
         from utrain.prefix import drop
         drop(tr, (train, test))
     fresh = not (tr.epoch or tr.pos)
-    S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch,
+    S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch, 'rec': rec,
                       'logged': logged if raw else aux('once', 'last_logged', files['log'], resume),
                       't0': ticks_ms()}
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
@@ -227,8 +227,8 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
     Diverged = getattr(sys.modules.get('utrain.trainer'), 'Diverged', _Never)
     c, log, S = tr.cfg, STATE['log'], STATE['s']
     metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
-    if fresh and not log.seek(0, 2):     # (an empty log: the header, once)
-        saving(files['log'], log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+    if fresh:   # a header a run: an earlier run's rows stay above it (utrain.once)
+        aux('once', 'head', tr, files, log)
     print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs%s'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
              c['epochs'], free(', free heap ')))
@@ -302,7 +302,10 @@ def epoch_end(tr, files, test, keep, n):
                 save_best(tr, files, test)
             kept = '  kept'
         else:
-            kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
+            b = tr.best     # (epoch 0 of S['rec']: trained.wof as it was before this run)
+            kept = '  (not better than %s)' % ('epoch %d' % b[0] if b[0] or not S['rec'] or
+                                               b[1:] != S['rec'][1:] else files['out'] +
+                                               ' as it was before this run') if b else '  (not kept)'
     kept += aux('still', 'moved', tr, S, files['model'].endswith('.json'))
     if S['logged'] != tr.epoch:
         left = c['epochs'] - tr.epoch

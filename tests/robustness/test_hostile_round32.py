@@ -1,0 +1,90 @@
+"""Session 32's hostile-input round (h69c; its driver lived outside the repo, the cases and
+counts are in the final report), with issue 28's "nothing leaves a wrong log": a folder run
+again, a checkpoint of another model of the same shapes, an ONNX model's input shapes and
+the data's, paths of odd characters, read-only and symlinked folders, files cut short at
+every offset class, junk in the environment.  Each class here had ended in a traceback,
+been taken without a word, left a wrong log, or said what was wrong and not what to do."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from host_tools.target import runner  # noqa: E402
+from repo import set_train  # noqa: E402
+from test_refusals import files, prepared, says  # noqa: E402,F401  (a model, samples)
+
+
+def _copy(prepared, tmp_path, name='r'):
+    d = tmp_path / name
+    shutil.copytree(prepared, d)
+    return d
+
+
+def _rows(d):
+    return (d / 'train.log').read_text().splitlines()
+
+
+# ------------------------------------------------------------------ a folder run again
+def test_a_folder_run_again_says_what_it_starts_from_and_logs_under_its_own_header(prepared, tmp_path):
+    """A second `run` of a folder that trained had said '(not better than epoch 0)' and
+    'trained.wof holds the best weights: epoch 0' of the first run's weights (continuing
+    from them, or starting over?) and appended its epochs 0, 1 to the first run's rows
+    under the one header.  It says it starts again from weights.wof, how to go on from
+    the earlier run instead, and its rows follow a header of their own."""
+    d = _copy(prepared, tmp_path)
+    code, first = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0 and 'holds an earlier run' not in first, first
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0, text
+    assert ('train.log holds an earlier run (to epoch 1): this run starts again at epoch 0 '
+            'from weights.wof (the prepared weights)') in text, text
+    assert '"resume": true under "run" in train.json with "epochs" raised' in text, text
+    assert 'epoch 0' not in text.split('holds an earlier run')[1].replace('at epoch 0', ''), text
+    rows = _rows(d)
+    heads = [i for i, r in enumerate(rows) if r.startswith('epoch,')]
+    assert len(heads) == 2 and [r.split(',')[0] for r in rows[heads[1] + 1:]] == ['0', '1'], rows
+    assert [r.split(',')[0] for r in rows[1:heads[1]]] == ['0', '1'], rows
+
+
+def test_a_best_kept_from_before_the_run_is_not_called_epoch_0(prepared, tmp_path):
+    """Run again with the earlier run's weights unbeaten: the end line said 'holds the
+    best weights: epoch 0', an epoch of neither run."""
+    d = _copy(prepared, tmp_path)
+    assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
+    set_train(d, lr=1e-9)       # (this run moves nothing: the earlier weights stay best)
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0 and 'holds the best weights: epoch 0' not in text, text
+    assert 'holds the best weights: still those it held before this run' in text, text
+
+
+def test_a_resumed_second_run_logs_its_first_epoch(prepared, tmp_path):
+    """A folder trained (one epoch, no test split), run again and stopped at its first
+    sample (a Ctrl-C: the checkpoint at epoch 0, sample 1), then resumed: the resume took
+    the first run's last row (epoch 1) for its own, and its epoch 1 was neither printed
+    nor logged."""
+    d = _copy(prepared, tmp_path)
+    os.remove(d / 'test.ds')
+    j = json.loads((d / 'train.json').read_text())
+    j['files']['test'] = None
+    j['run']['keep_best'] = False
+    (d / 'train.json').write_text(json.dumps(j))
+    assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
+    argv, env = runner.command(os.fspath(d), python=True)
+    r = subprocess.run(argv, cwd=d, env=env, input='\x03', capture_output=True, text=True, timeout=60)
+    assert 'interrupted in epoch 1 at sample' in r.stdout, r.stdout + r.stderr
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0 and 'epoch 1/1 loss' in text, text
+    rows = _rows(d)
+    assert rows[-1].startswith('1,') and rows[-2].startswith('epoch,'), rows
+
+
+def test_plot_draws_the_run_under_the_last_header(tmp_path):
+    """Runs logged under headers of their own: plot drew a run stopped after its
+    evaluation (epoch 0) joined to the next one's epoch 1, as one run."""
+    from host_tools.plot import read_log
+    h = 'epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+    log = tmp_path / 'train.log'
+    log.write_text(h + '0,,,0.9,0.5,0,\n' + h + '1,0.5,0.7,,,3,\n2,0.4,0.8,,,3,\n')
+    assert read_log(str(log))['epoch'] == [1, 2]
