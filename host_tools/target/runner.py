@@ -528,6 +528,15 @@ def end_advice(out_dir, text) -> str | None:
                 f'{out_dir} back to {other.group(2)}, as the checkpoint trained; to go on with '
                 'the new optimizer from the best weights so far (its state from zero), set '
                 '"resume": false and "start": "best" under "run"')
+    if name.endswith('.ckpt') and ': a checkpoint of another model (fingerprint ' in what:
+        # (its model files' fingerprint is not this folder's: a checkpoint copied in from a
+        # folder prepared from another model of the same tensor sizes, which had resumed
+        # without a word)
+        return (f'what to do: {os.path.join(out_dir, name)} was saved training another model '
+                'than this folder\'s model files (copied in from another run folder, or the '
+                'folder prepared again since?): move it back to the folder it was trained in '
+                '(resume it there), or delete it (or set "resume": false under "run" in '
+                'train.json) to train this one from the start')
     if name.endswith('.ckpt') and 'must follow each other' in what:
         # (its blocks of other sizes than model.flat's tensors: a checkpoint of another
         # model, copied in; it had been 'cannot be resumed from; delete it', the only

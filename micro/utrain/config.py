@@ -20,13 +20,15 @@ BOOLS = ('from_logits', 'shuffle', 'stream', 'resume', 'keep_best')
 INTS = {'batch': (1, 65535), 'epochs': (0, 65535), 'seed': (0, 0xFFFFFFFF),
         'progress': (0, 0xFFFFFFFF), 'checkpoint_every': (0, 0xFFFFFFFF), 'max_retries': (0, 1000),
         'gc_every': (0, 0xFFFFFFFF), 'planned': (0, 0xFFFFFFFF), 'save_reserve': (0, 0xFFFF),
-        'warmup': (0, 0xFFFFFFFF), 'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF)}
+        'warmup': (0, 0xFFFFFFFF), 'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF),
+        'fingerprint': (0, 0xFFFFFFFF)}
 # numbers: (lowest, highest, lowest excluded, highest excluded)
 NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
         'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0),
         'weight_decay': (0, None, 0, 0), 'gamma': (0, 1, 1, 0), 'min_lr': (0, 1, 0, 0)}
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor',
-       'max_retries', 'start', 'cache', 'gc_every', 'planned', 'save_reserve', 'steps')
+       'max_retries', 'start', 'cache', 'gc_every', 'planned', 'save_reserve', 'steps',
+       'fingerprint')
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # int8: q8.req, q8.json
 OUTPUTS = ('out', 'checkpoint', 'log')
 FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export reads it

@@ -126,6 +126,7 @@ def main(cfg_path='train.json'):
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
+    STATE['fp'] = run.get('fingerprint')    # (prepare's, of the model files: utrain.wof)
     chosen = None
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
     # an int8 run reads train.log's last epoch while the heap is empty: utrain.once's

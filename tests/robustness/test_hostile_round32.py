@@ -88,3 +88,71 @@ def test_plot_draws_the_run_under_the_last_header(tmp_path):
     log = tmp_path / 'train.log'
     log.write_text(h + '0,,,0.9,0.5,0,\n' + h + '1,0.5,0.7,,,3,\n2,0.4,0.8,,,3,\n')
     assert read_log(str(log))['epoch'] == [1, 2]
+
+
+# ------------------------------------------------------------------ another model's checkpoint
+@pytest.fixture(scope='module')
+def twin(files, tmp_path_factory):
+    """A folder prepared like `prepared` from another model of the same shapes (other
+    weights), trained: its checkpoint fits `prepared`'s tensors byte for byte."""
+    from host_tools.prepare.pipeline import prepare
+    from test_pipeline import small_mlp
+    d, _, data = files
+    t = tmp_path_factory.mktemp('twin')
+    out = t / 'twin'
+    prepare(small_mlp(str(t / 'm3.circle'), seed=3), str(out), data=data, loss='scce',
+            epochs=1, test_split=0.25, log=lambda *a: None)
+    assert runner.run(os.fspath(out), python=True, stream=False)[0] == 0
+    return out
+
+
+def test_a_checkpoint_of_another_model_of_the_same_shapes_is_refused(prepared, twin, tmp_path):
+    """A checkpoint copied in from a folder prepared from another model whose tensors have
+    the same sizes resumed without a word: the other model's weights trained on under this
+    one's name.  The checkpoint carries the fingerprint of the model files prepare wrote
+    (train.json's run.fingerprint); the board refuses another's, naming the file and what
+    to do."""
+    d = _copy(prepared, tmp_path)
+    shutil.copy(twin / 'checkpoint.ckpt', d / 'checkpoint.ckpt')
+    set_train(d, epochs=2, run={'resume': True})
+    before = (d / 'train.log').read_bytes()
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 1 and 'checkpoint.ckpt: a checkpoint of another model (fingerprint ' in text, text
+    assert 'delete it, or set "resume": false under "run" in train.json' in text, text
+    assert runner.end_advice(os.fspath(d), text).startswith(
+        f'what to do: {d / "checkpoint.ckpt"} was saved training another model'), text
+    assert (d / 'train.log').read_bytes() == before
+
+
+def test_the_folders_own_checkpoint_resumes_and_an_old_one_resumes_with_a_note(prepared, tmp_path):
+    """The folder's own checkpoint resumes as before; one saved before checkpoints had a
+    fingerprint (a folder trained by an older utrain) resumes too, saying it was not
+    checked."""
+    d = _copy(prepared, tmp_path)
+    assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
+    raw = (d / 'checkpoint.ckpt').read_bytes()
+    assert raw[3] == 2 and raw[-16:-12] == b'UTFP', raw[-16:]
+    set_train(d, epochs=2, run={'resume': True})
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0 and 'resumed from checkpoint.ckpt at epoch 1' in text and 'fingerprint' not in text, text
+    e = _copy(prepared, tmp_path, 'old')        # (a checkpoint as a utrain before (32) wrote it)
+    j = json.loads((e / 'train.json').read_text())
+    fp = j['run'].pop('fingerprint')
+    (e / 'train.json').write_text(json.dumps(j))
+    assert runner.run(os.fspath(e), python=True, stream=False)[0] == 0
+    assert (e / 'checkpoint.ckpt').read_bytes()[3] == 1
+    j['run'].update(fingerprint=fp, resume=True)
+    j['epochs'] = 2
+    (e / 'train.json').write_text(json.dumps(j))
+    code, text = runner.run(os.fspath(e), python=True, stream=False)
+    assert code == 0 and 'checkpoint.ckpt has no model fingerprint' in text, text
+    assert 'epoch 2/2 loss' in text, text
+
+
+def test_export_reads_a_checkpoint_with_a_fingerprint(files, prepared, tmp_path):
+    """export MODEL checkpoint.ckpt reads the weights of a checkpoint with the block."""
+    d0, model, _ = files
+    d = _copy(prepared, tmp_path)
+    assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
+    code, err = says(['export', model, d / 'checkpoint.ckpt', '-o', tmp_path / 'x.circle'])
+    assert code == 0 and (tmp_path / 'x.circle').exists(), err
