@@ -156,3 +156,108 @@ def test_export_reads_a_checkpoint_with_a_fingerprint(files, prepared, tmp_path)
     assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
     code, err = says(['export', model, d / 'checkpoint.ckpt', '-o', tmp_path / 'x.circle'])
     assert code == 0 and (tmp_path / 'x.circle').exists(), err
+
+
+# ------------------------------------------------------------------ ONNX input shapes and data
+def _onnx(path, inputs, conv=False):
+    """An .onnx model: per input (name, dims; None open) a MatMul to 3 outputs, added; conv:
+    one input [N, 3, H, W] through Conv(4, 3x3), Flatten, Gemm of the width 8x8 gives."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(1)
+    inits, nodes = [], []
+    if conv:
+        inits = [numpy_helper.from_array(r.standard_normal((4, 3, 3, 3)).astype('f') * .1, 'w'),
+                 numpy_helper.from_array(r.standard_normal((3, 144)).astype('f') * .1, 'g')]
+        nodes = [helper.make_node('Conv', ['x', 'w'], ['c'], kernel_shape=[3, 3]),
+                 helper.make_node('Flatten', ['c'], ['f']),
+                 helper.make_node('Gemm', ['f', 'g'], ['o'], transB=1)]
+    else:
+        outs = []
+        for k, (name, dims) in enumerate(inputs):
+            inits.append(numpy_helper.from_array(
+                r.standard_normal((dims[-1], 3)).astype('f') * .3, f'w{k}'))
+            nodes.append(helper.make_node('MatMul', [name, f'w{k}'], [f'm{k}']))
+            outs.append(f'm{k}')
+        nodes.append(helper.make_node('Add', outs, ['o']) if len(outs) == 2 else
+                     helper.make_node('Identity', outs, ['o']))
+    nodes.append(helper.make_node('Softmax', ['o'], ['out'], axis=-1))
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info(n, T.FLOAT, [
+        d if d is not None else f'd{j}' for j, d in enumerate(dims)]) for n, dims in inputs],
+        [helper.make_tensor_value_info('out', T.FLOAT, [1, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def _npz(path, **arrays):
+    import numpy as np
+    np.savez(path, **{k: np.asarray(v, np.float32 if k != 'y' else np.int64) for k, v in arrays.items()})
+    return path
+
+
+def _x(*shape):
+    import numpy as np
+    return np.random.default_rng(2).standard_normal(shape)
+
+
+Y = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]
+
+
+def test_data_of_another_width_says_what_to_give(tmp_path):
+    """'d.npz: x has 5 values per sample, the model input takes 6' had said what and
+    stopped; a .csv with an id column, 'y has shape (12, 2); scce wants class labels'."""
+    m = _onnx(tmp_path / 'm.onnx', [('x', [1, 6])])
+    code, err = says(['prepare', m, _npz(tmp_path / 'd.npz', x=_x(12, 5), y=Y), '-o',
+                      tmp_path / 'o', '--lr', '0.1'])
+    assert code == 2 and 'x has 5 values per sample' in err, err
+    assert "(its samples are [5], the model's input [1, 6] with the batch first): give samples " \
+           'of 6 values each' in err, err
+    csv = tmp_path / 'd.csv'
+    csv.write_text(''.join(f'{i},{",".join(["0.5"] * 6)},{i % 3}\n' for i in range(12)))
+    code, err = says(['prepare', m, csv, '-o', tmp_path / 'o', '--lr', '0.1', '--loss', 'scce'])
+    assert code == 2 and 'these rows have 2 columns after the inputs (drop other columns' in err, err
+    assert not (tmp_path / 'o').exists()
+
+
+def test_channels_last_samples_for_an_open_channels_first_input_say_how_to_move_them(tmp_path):
+    """An ONNX input [N, 3, h, w] (h, w open) given [N, 8, 8, 3] images: the refusal said
+    what the input takes, not that the channels are last nor what to do."""
+    m = _onnx(tmp_path / 'c.onnx', [('x', [None, 3, None, None])], conv=True)
+    code, err = says(['prepare', m, _npz(tmp_path / 'd.npz', x=_x(12, 8, 8, 3), y=Y), '-o',
+                      tmp_path / 'o', '--lr', '0.1'])
+    assert code == 2 and "takes samples of [3, ?, ?]" in err, err
+    assert 'x = numpy.moveaxis(x, -1, 1)' in err and 'update_inputs_outputs_dims' in err, err
+
+
+def test_samples_whose_open_dimensions_the_layers_do_not_take_are_not_called_a_damaged_file(tmp_path):
+    """An ONNX CNN with open h, w whose Flatten feeds a Gemm of one width, given 10x10
+    images (the model was made for 8x8): 'node Gemm cannot be read (IndexError ...): the
+    file may be damaged: export the model again (if it is not, report this ...: a utrain
+    bug)' of a good file."""
+    m = _onnx(tmp_path / 'c.onnx', [('x', [None, 3, None, None])], conv=True)
+    code, err = says(['prepare', m, _npz(tmp_path / 'd.npz', x=_x(12, 3, 10, 10), y=Y), '-o',
+                      tmp_path / 'o', '--lr', '0.1'])
+    assert code == 2 and 'may be damaged' not in err and 'utrain bug' not in err, err
+    assert "the model's layers take other dimensions than these samples have" in err, err
+    code, err = says(['prepare', m, _npz(tmp_path / 'e.npz', x=_x(12, 3, 8, 8), y=Y), '-o',
+                      tmp_path / 'o', '--lr', '0.1'])
+    assert code == 0, err
+
+
+def test_an_input_named_y_takes_its_array_not_the_targets(tmp_path):
+    """A model with inputs x and y: the .npz's y (the targets) had been read as input y
+    ('array y has 1 values a sample; the model's input 'y' takes 4'), so no file could
+    give it, and x, x1, y was refused as 'holds x and an array named for an input (y)'."""
+    m = _onnx(tmp_path / 'two.onnx', [('x', [1, 6]), ('y', [1, 4])])
+    ok = _npz(tmp_path / 'ok.npz', x0=_x(12, 6), x1=_x(12, 4), y=Y)
+    code, err = says(['prepare', m, ok, '-o', tmp_path / 'o', '--lr', '0.1'])
+    assert code == 0, err
+    bad = _npz(tmp_path / 'bad.npz', x0=_x(12, 6), x1=_x(12, 5), y=Y)
+    code, err = says(['prepare', m, bad, '-o', tmp_path / 'p', '--lr', '0.1'])
+    assert code == 2 and "array x1 has 5 values a sample" in err and 'give x1 samples of [4]' in err, err
+    joined = _npz(tmp_path / 'j.npz', x=_x(12, 10), y=Y)
+    code, err = says(['prepare', m, joined, '-o', tmp_path / 'q', '--lr', '0.1'])
+    assert code == 0, err
