@@ -71,7 +71,9 @@ def isfile(p):
 
 
 def number(v):
-    return type(v) in (int, float) and v - v == 0     # not bool, not NaN or Inf
+    # not bool, not NaN or Inf, nor a whole number beyond a float's (JSON's 1 and 400
+    # zeros had been an OverflowError's traceback under CPython, inf on a board)
+    return type(v) in (int, float) and v - v == 0 and -1.7e308 < v < 1.7e308
 
 
 def check_value(path, k, v):

@@ -327,3 +327,15 @@ def test_a_model_given_as_a_folder_says_to_give_the_file(prepared, tmp_path):
     code, err = says(['inspect', prepared])
     assert code == 2 and 'is a directory, not a model file: give the model file itself' in err, err
     assert 'prepare.json names it' in err, err
+
+
+# ------------------------------------------------------------------ numbers at the ends (train.json)
+def test_a_whole_number_beyond_a_float_is_refused_as_a_number_setting(prepared, tmp_path):
+    """"lr": 1 and 400 zeros (JSON's whole number): CPython's OverflowError traceback in
+    the optimizer; a board took it as inf and stopped on a NaN, 'lower "lr" (inf)'."""
+    d = _copy(prepared, tmp_path)
+    j = json.loads((d / 'train.json').read_text())
+    j['lr'] = 10 ** 400
+    (d / 'train.json').write_text(json.dumps(j))
+    code, text = runner.run(os.fspath(d), python=True, stream=False)
+    assert code == 1 and 'Traceback' not in text and '"lr" must be a number > 0 (got 1000' in text, text
