@@ -339,3 +339,32 @@ def test_a_whole_number_beyond_a_float_is_refused_as_a_number_setting(prepared, 
     (d / 'train.json').write_text(json.dumps(j))
     code, text = runner.run(os.fspath(d), python=True, stream=False)
     assert code == 1 and 'Traceback' not in text and '"lr" must be a number > 0 (got 1000' in text, text
+
+
+# ------------------------------------------------------------------ files cut short
+@pytest.mark.parametrize('cut', [0, 1, 2, 3])
+def test_an_npz_cut_in_its_first_bytes_is_called_cut_short(files, tmp_path, cut):
+    """An .npz cut within its zip's 4-byte start: 'P' and 'PK' had been 'it reads as text,
+    not an .npz (a CSV? ...)', 'PK\\x03' 'not a readable .npz file (File is not a zip
+    file)', and an empty one said what data is, not to save it again."""
+    d, model, data = files
+    p = tmp_path / 'd.npz'
+    p.write_bytes(open(data, 'rb').read()[:cut])
+    code, err = says(['prepare', model, p, '-o', tmp_path / 'o', '--lr', '0.1'])
+    assert code == 2 and 'a CSV?' not in err and 'save it again (np.savez(path, x=x, y=y))' in err, err
+
+
+@pytest.mark.parametrize('name, cut', [('trained.wof', 186), ('checkpoint.ckpt', -4)])
+def test_weights_cut_short_outside_a_run_folder_are_called_cut_short(files, prepared, tmp_path, name, cut):
+    """export MODEL w.wof of a file cut short, not in a run folder: 'the data blocks end at
+    offset 372, the file at 186 (truncated ...): w.wof is not in a run folder ..., so it was
+    read against the model as given; export it from the folder it was trained in', as if
+    its model were the question."""
+    d0, model, _ = files
+    d = _copy(prepared, tmp_path)
+    assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
+    p = tmp_path / ('w' + os.path.splitext(name)[1])
+    p.write_bytes((d / name).read_bytes()[:cut])
+    code, err = says(['export', model, p, '-o', tmp_path / 'x.circle'])
+    assert code == 2 and 'the file is cut short or damaged' in err and 'copy it again' in err, err
+    assert 'is not in a run folder' not in err, err
