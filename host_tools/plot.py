@@ -23,7 +23,8 @@ def read_log(path, notes=None):
     notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
         from .paths import broken_link
-        raise FileNotFoundError(broken_link(path) or f'{path}: no such file')
+        from .files.locks import not_written_yet
+        raise FileNotFoundError(broken_link(path) or not_written_yet(path) or f'{path}: no such file')
     from .formats.ir import device
     if device(path):
         raise ValueError(device(path))

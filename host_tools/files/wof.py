@@ -55,7 +55,8 @@ def _read(path) -> bytes:
         if os.path.isdir(path):         # a prepared folder given for its weights
             raise ValueError(f'{path}: is a folder; give the weights file in it (trained.wof, '
                              'or checkpoint.ckpt)') from None
-        raise ValueError(f'{path}: cannot read ({e.strerror})') from None
+        from .locks import not_written_yet
+        raise ValueError(not_written_yet(path) or f'{path}: cannot read ({e.strerror})') from None
 
 
 def _shaped(g: Graph, arrays: dict) -> dict:

@@ -368,3 +368,30 @@ def test_weights_cut_short_outside_a_run_folder_are_called_cut_short(files, prep
     code, err = says(['export', model, p, '-o', tmp_path / 'x.circle'])
     assert code == 2 and 'the file is cut short or damaged' in err and 'copy it again' in err, err
     assert 'is not in a run folder' not in err, err
+
+
+# ------------------------------------------------------------------ commands beside a run
+def test_export_and_plot_of_a_run_not_saved_yet_say_so(files, prepared, tmp_path):
+    """export / plot of a folder whose run has not saved trained.wof or train.log yet (it is
+    training, or was never run): '...: cannot read (No such file or directory)' and
+    '...: no such file', with nothing to do."""
+    import sys
+    import time
+    d0, model, _ = files
+    d = _copy(prepared, tmp_path)
+    os.remove(d / 'train.log')
+    code, err = says(['export', model, d / 'trained.wof', '-o', tmp_path / 'x.circle'])
+    assert code == 2 and f'has not been trained (or its run stopped before saving it): run it first (`run {d}`)' in err, err
+    code, err = says(['plot', d / 'train.log', '-o', tmp_path / 'c.png'])
+    assert code == 2 and 'has not been trained' in err, err
+    hold = ('import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); '
+            'fcntl.flock(fd, fcntl.LOCK_EX); print(1, flush=True); time.sleep(30)')
+    p = subprocess.Popen([sys.executable, '-c', hold, str(d), 'run'], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == '1'
+        code, err = says(['export', model, d / 'trained.wof', '-o', tmp_path / 'x.circle'])
+        assert code == 2 and f'not written yet: a run (pid {p.pid}) is training in' in err, err
+        assert 'try again once an epoch has ended' in err, err
+    finally:
+        p.kill()
+        p.wait()
