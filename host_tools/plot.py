@@ -99,6 +99,10 @@ def read_log(path, notes=None):
 def plot(log, out, notes=None):
     """Write log's curves (read_log; notes: a list its notes go to) to out; returns the
     file written."""
+    # (plot writes a file with Agg: a $MPLBACKEND matplotlib does not know had ended the
+    # plot in "Key backend: 'junk' is not a valid value for backend", naming no variable)
+    if os.environ.get('MPLBACKEND', '').lower() not in ('', 'agg'):
+        os.environ.pop('MPLBACKEND')
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

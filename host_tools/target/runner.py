@@ -771,6 +771,11 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
             for sig, h in saved.items():
                 signal.signal(sig, h)
         code = p.wait()
+        for s in (p.stdout, p.stdin):   # (left open: a ResourceWarning each, which
+            try:                        # PYTHONWARNINGS=error made 'Exception ignored' lines)
+                s.close()
+            except OSError:
+                pass
         # (a run told to stop ends STOPPED, not 0, though the board saved its checkpoint
         # and ended cleanly: `run r && export ...` had exported a half-trained model)
         return (STOPPED if stopped and code == 0 else code), \

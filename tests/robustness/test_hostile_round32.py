@@ -395,3 +395,39 @@ def test_export_and_plot_of_a_run_not_saved_yet_say_so(files, prepared, tmp_path
     finally:
         p.kill()
         p.wait()
+
+
+# ------------------------------------------------------------------ junk in the environment
+def _cli(argv, **env):
+    import sys
+    from repo import ROOT
+    e = dict(os.environ, PYTHONPATH=ROOT, **env)
+    return subprocess.run([sys.executable, '-m', 'host_tools'] + [str(a) for a in argv], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_plot_under_a_junk_mplbackend_plots(prepared, tmp_path):
+    """$MPLBACKEND=junk: "error: Key backend: 'junk' is not a valid value for backend;
+    supported values are [...]", naming no variable; plot writes with Agg whatever it says."""
+    log = tmp_path / 'train.log'
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n1,0.5,0.7,,,3,\n')
+    r = _cli(['plot', log, '-o', tmp_path / 'c.png'], MPLBACKEND='junk')
+    assert r.returncode == 0 and (tmp_path / 'c.png').exists(), r.stderr
+
+
+def test_run_closes_its_pipes(prepared, tmp_path):
+    """`run` left the board's stdout and stdin pipes open: PYTHONWARNINGS=error (a CI's
+    setting) turned each into 'Exception ignored ... ResourceWarning: unclosed file' and a
+    traceback after the run."""
+    d = _copy(prepared, tmp_path)
+    r = _cli(['run', d, '--python'], PYTHONWARNINGS='error')
+    assert r.returncode == 0 and 'utrain: end: ok' in r.stdout, r.stdout + r.stderr
+    assert 'ResourceWarning' not in r.stderr and 'Traceback' not in r.stderr, r.stderr
+
+
+def test_a_pico_firmware_variable_naming_a_device_says_what_to_set(prepared, monkeypatch):
+    """$UTRAIN_PICO_FIRMWARE=/dev/null: '...: no such file' of a file that is there, and
+    nothing to do."""
+    monkeypatch.setenv('UTRAIN_PICO_FIRMWARE', '/dev/null')
+    code, err = says(['run', prepared, '--emulate'])
+    assert code == 2 and '$UTRAIN_PICO_FIRMWARE=/dev/null: not a file: set $UTRAIN_PICO_FIRMWARE' in err, err
