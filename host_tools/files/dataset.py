@@ -691,11 +691,26 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
         scale, offset = quantization(x, dtype)
         if dtype != 'float32':
             crushed(x, dtype, scale, offset, where or 'the samples')
-    wrote = {}
-    for name, idx in zip(names, (tr, te)):
-        if len(idx):
-            wrote[name] = os.path.join(out_dir, name)
-            write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
+    wrote, was = {}, {}
+    try:
+        for name, idx in zip(names, (tr, te)):
+            if len(idx):
+                p = os.path.join(out_dir, name)
+                was[p] = _read(p) if os.path.isfile(p) else None
+                write_dataset(p, x[idx], y[idx], dtype, scale, offset)
+                wrote[name] = p
+    except OSError:
+        # (a test.ds the file system refused, full: the train.ds written before it had
+        # stayed, beside 'nothing was written'; the folder is left as it was)
+        for p in wrote.values():
+            try:
+                if was[p] is None:
+                    os.remove(p)
+                else:
+                    atomic_write(p, was[p])
+            except OSError:
+                pass
+        raise
     return tr, te, scale, offset, wrote
 
 

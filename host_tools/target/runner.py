@@ -419,6 +419,25 @@ def stage(out_dir, source=False, mpy=None):
     whose sys.implementation._mpy is mpy (None: the simulated board's).  npkern and q8kern
     are compiled to the board's native code when its firmware has the native emitter;
     q8asm (q8kern's kernels in Thumb assembler) is staged for ARM boards only."""
+    try:
+        return _stage(out_dir, source, mpy)
+    except OSError as e:
+        unwritable(out_dir, e)
+
+
+def unwritable(out_dir, e):
+    """Raise OSError e, or, for a run folder that cannot be written, a RuntimeError saying
+    what to do (a folder on a read-only file system had been 'xnumpy.mpy: on a read-only
+    file system; write elsewhere', a bare name from the removal of the staged code)."""
+    if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+        raise e
+    raise RuntimeError(f'{out_dir}: cannot be written ({e.strerror}): run copies train.py '
+                       'and the utrain code (lib/) into the folder, and the run writes its '
+                       'log, checkpoint and weights there; copy the folder to a writable '
+                       'place and run the copy') from None
+
+
+def _stage(out_dir, source=False, mpy=None):
     lib = os.path.join(out_dir, 'lib', 'utrain')
     for p in (os.path.dirname(lib), lib):
         if os.path.islink(p):   # (the run's own code folder: a link's target had been
@@ -488,7 +507,10 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     if python:
         env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
         env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
-        own_copy(os.path.join(MICRO, 'train.py'), out_dir)
+        try:
+            own_copy(os.path.join(MICRO, 'train.py'), out_dir)
+        except OSError as e:
+            unwritable(out_dir, e)
         return [sys.executable, 'train.py'], env
     stage(out_dir, source)
     env['MICROPYPATH'] = ':lib'

@@ -431,3 +431,46 @@ def test_a_pico_firmware_variable_naming_a_device_says_what_to_set(prepared, mon
     monkeypatch.setenv('UTRAIN_PICO_FIRMWARE', '/dev/null')
     code, err = says(['run', prepared, '--emulate'])
     assert code == 2 and '$UTRAIN_PICO_FIRMWARE=/dev/null: not a file: set $UTRAIN_PICO_FIRMWARE' in err, err
+
+
+# ------------------------------------------------------------------ read-only and full file systems
+def _in_mount(tmp_path, script, size=None):
+    """script (sh) in a private mount namespace with a tmpfs at $MP (of size, if given):
+    (exit code, output); skipped where mounting needs a root this test does not have."""
+    import sys
+    from repo import ROOT
+    if not shutil.which('unshare') or os.geteuid() != 0:
+        pytest.skip('needs root and unshare to mount a small tmpfs')
+    mp = tmp_path / 'mnt'
+    mp.mkdir()
+    pre = f'MP={mp}; HT="{sys.executable} -m host_tools"; mount -t tmpfs ' + (
+        f'-o size={size} ' if size else '') + 'tmpfs $MP || exit 77; '
+    r = subprocess.run(['unshare', '-m', 'sh', '-c', pre + script], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    if r.returncode == 77:
+        pytest.skip('cannot mount a tmpfs here: ' + r.stderr)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize('python', [False, True])
+def test_a_run_folder_on_a_read_only_file_system_says_to_copy_it(prepared, tmp_path, python):
+    """run of a trained folder on a read-only file system: 'error: xnumpy.mpy: on a
+    read-only file system; write elsewhere', a bare file name (the staged code's removal)
+    and nothing about what run writes there."""
+    d = _copy(prepared, tmp_path)
+    (d / 'lib' / 'utrain').mkdir(parents=True)
+    (d / 'lib' / 'utrain' / 'xnumpy.mpy').write_bytes(b'M')
+    code, out = _in_mount(tmp_path, f'cp -r {d} $MP/r && mount -o remount,ro $MP && $HT run $MP/r'
+                          + ' --python' * python)
+    assert code == 2 and '/r: cannot be written (Read-only file system): run copies train.py' in out, out
+    assert 'copy the folder to a writable place and run the copy' in out, out
+
+
+def test_dataset_on_a_full_file_system_leaves_nothing_half_written(files, tmp_path):
+    """dataset -o on a file system with room for train.ds and not test.ds: train.ds stayed
+    beside '...test.ds: cannot write it (No space left on device ...); nothing was
+    written'."""
+    d, model, data = files
+    code, out = _in_mount(tmp_path, f'$HT dataset {data} -o $MP/ds; echo LS; ls $MP/ds', size='4k')
+    assert 'test.ds: cannot write it (No space left on device' in out, out
+    assert not [ln for ln in out.split('LS')[-1].splitlines() if ln.endswith('.ds')], out
