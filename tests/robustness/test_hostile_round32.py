@@ -425,11 +425,11 @@ def test_run_closes_its_pipes(prepared, tmp_path):
     assert 'ResourceWarning' not in r.stderr and 'Traceback' not in r.stderr, r.stderr
 
 
-def test_a_pico_firmware_variable_naming_a_device_says_what_to_set(prepared, monkeypatch):
+def test_a_pico_firmware_variable_naming_a_device_says_what_to_set(prepared, tmp_path, monkeypatch):
     """$UTRAIN_PICO_FIRMWARE=/dev/null: '...: no such file' of a file that is there, and
     nothing to do."""
     monkeypatch.setenv('UTRAIN_PICO_FIRMWARE', '/dev/null')
-    code, err = says(['run', prepared, '--emulate'])
+    code, err = says(['run', _copy(prepared, tmp_path), '--emulate'])
     assert code == 2 and '$UTRAIN_PICO_FIRMWARE=/dev/null: not a file: set $UTRAIN_PICO_FIRMWARE' in err, err
 
 
@@ -458,7 +458,7 @@ def test_a_run_folder_on_a_read_only_file_system_says_to_copy_it(prepared, tmp_p
     read-only file system; write elsewhere', a bare file name (the staged code's removal)
     and nothing about what run writes there."""
     d = _copy(prepared, tmp_path)
-    (d / 'lib' / 'utrain').mkdir(parents=True)
+    (d / 'lib' / 'utrain').mkdir(parents=True, exist_ok=True)
     (d / 'lib' / 'utrain' / 'xnumpy.mpy').write_bytes(b'M')
     code, out = _in_mount(tmp_path, f'cp -r {d} $MP/r && mount -o remount,ro $MP && $HT run $MP/r'
                           + ' --python' * python)
@@ -474,3 +474,15 @@ def test_dataset_on_a_full_file_system_leaves_nothing_half_written(files, tmp_pa
     code, out = _in_mount(tmp_path, f'$HT dataset {data} -o $MP/ds; echo LS; ls $MP/ds', size='4k')
     assert 'test.ds: cannot write it (No space left on device' in out, out
     assert not [ln for ln in out.split('LS')[-1].splitlines() if ln.endswith('.ds')], out
+
+
+def test_pull_refuses_a_board_checkpoint_of_another_model(prepared, twin, tmp_path):
+    """pull's check of what the board sends took a checkpoint of another model of the same
+    tensor sizes (trailer, checksum and tensor count all right) over the folder's."""
+    from host_tools.boards.board import pulled_refusal
+    d = _copy(prepared, tmp_path)
+    files = json.loads((d / 'train.json').read_text())['files']
+    why = pulled_refusal(str(d), files, 'checkpoint', str(twin / 'checkpoint.ckpt'))
+    assert why and why.startswith("is another model's (fingerprint "), why
+    assert runner.run(os.fspath(d), python=True, stream=False)[0] == 0
+    assert pulled_refusal(str(d), files, 'checkpoint', str(d / 'checkpoint.ckpt')) is None
