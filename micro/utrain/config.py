@@ -232,6 +232,9 @@ def read_config(cfg_path):
         raise ValueError('%s: nested too deeply or too large to read here: use the '
                          'train.json prepare wrote (prepare again to make one)' % cfg_path)
     files, run, cfg, sel = check(cfg, cfg_path)
+    import utrain           # the fingerprint block every checkpoint of this run carries, and
+    fp = run.get('fingerprint')     # a resumed one must (utrain.wof, utrain.ckread)
+    utrain.fp = None if fp is None else b'UTFP' + fp.to_bytes(4, 'little')
     n = run.get('gc_every', 0)
     if 0 < n < 1024:        # a folder prepared before (32): 1/n of the heap, as it trained then
         try:

@@ -126,7 +126,6 @@ def main(cfg_path='train.json'):
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
-    STATE['fp'] = run.get('fingerprint')    # (prepare's, of the model files: utrain.wof)
     chosen = None
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
     # an int8 run reads train.log's last epoch while the heap is empty: utrain.once's
@@ -303,11 +302,8 @@ def epoch_end(tr, files, test, keep, n):
                 save_best(tr, files, test)
             kept = '  kept'
         else:
-            b = tr.best     # (epoch 0 of S['rec']: trained.wof as it was before this run)
-            kept = '  (not better than %s)' % ('epoch %d' % b[0] if b[0] or not S['rec'] or
-                                               b[1:] != S['rec'][1:] else files['out'] +
-                                               ' as it was before this run') if b else '  (not kept)'
-    kept += aux('still', 'moved', tr, S, files['model'].endswith('.json'))
+            kept = None     # (not better than what: utrain.still says)
+    kept = aux('still', 'moved', tr, S, files, kept)
     if S['logged'] != tr.epoch:
         left = c['epochs'] - tr.epoch
         # (no test set: no test figures, rather than 'test_loss nan'; the log's fields empty)

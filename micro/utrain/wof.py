@@ -19,19 +19,8 @@ VERSION = 1
 TAG = b'UTCK'
 
 
-FP = b'UTFP'
-
-
 class FormatError(ValueError):
     pass
-
-
-def fingerprint():
-    # the run's model fingerprint (prepare's, train.json's run.fingerprint, which
-    # utrain.run holds), None outside a run or for a folder prepared before (32)
-    import sys
-    r = sys.modules.get('utrain.run')
-    return r.STATE.get('fp') if r else None
 
 
 def openr(path):
@@ -251,15 +240,15 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
         f.write(pack('<II', step, epoch))
         for b in (extra if type(extra) is list else (extra,)):
             f.write(b)
-        fp = fingerprint()
-        if fp is not None:      # the model files' fingerprint (train.json's run.fingerprint)
-            f.write(FP + pack('<I', fp))
+        fp = getattr(utrain, 'fp', None)   # the model files' fingerprint block (utrain.config)
+        if fp:
+            f.write(fp)
         end = f.tell()
         f.seek(0)
         # (reserved byte 1: utrain's, a trailer follows; a file of it cut at the counters
         # had read as onert-micro's own, its resume block dropped; 2: and the fingerprint
         # block is the last before the trailer)
-        f.write(pack('<HBBIIII', MAGIC, VERSION, 1 + (fp is not None), mo, vo, pos, n))
+        f.write(pack('<HBBIIII', MAGIC, VERSION, 1 + bool(fp), mo, vo, pos, n))
         f.flush()
         c = crc(f, 0, end)  # read back what the file system holds
         c = crc32(TAG, c) & 0xFFFFFFFF if crc32 else 0
