@@ -14,12 +14,17 @@ ERRNO = {28: 'no space left on the file system', 21: 'it is a folder', 2: 'no su
 
 
 
-def last_logged(path, resume):
-    # The epoch of train.log's last whole row, -1 when none (or not resuming): a run cut
-    # off (power, a raw SIGINT) after it logged an epoch but before that epoch's
-    # checkpoint resumes from the checkpoint and trains that epoch again; its row is
-    # written once.  A last row a power cut left short gets its line ended here, so the
+def last_logged(files, resume, start):
+    # The epoch of train.log's last whole row when resuming: a run cut off (power, a raw
+    # SIGINT) after it logged an epoch but before that epoch's checkpoint resumes from the
+    # checkpoint and trains that epoch again; its row is written once.  -1 when the last
+    # line is a header (this run's, none of its rows yet), else -2 (no log, or not
+    # resuming): a fresh run writes the header then, each run's rows under their own (an
+    # earlier run's last row had been taken for a resumed second run's, its epoch 1 row
+    # dropped), and says what it starts from where an earlier run's rows are there
+    # (utrain.again).  A last row a power cut left short gets its line ended here, so the
     # rows this run appends stay rows of their own (plot leaves the short one out)
+    path = files['log']
     try:
         with open(path, 'rb') as f:
             n = f.seek(0, 2)
@@ -30,41 +35,20 @@ def last_logged(path, resume):
             with open(path, 'ab') as f:
                 f.write(b'\n')
     except OSError:
-        return -1
+        return -2
     rows = tail.split(b'\n')
-    try:
-        return int(rows[-2].split(b',')[0]) if resume and len(rows) > 1 and rows[-1] == b'' else -1
-    except (ValueError, IndexError):
+    last = rows[-2] if len(rows) > 1 and rows[-1] == b'' else b''
+    if last[:6] == b'epoch,':
         return -1
-
-
-def head(tr, files, log):
-    # A fresh run's header in train.log: each run's rows follow a header of their own, so
-    # an earlier run's rows (its epochs from 0 or 1 again) are not taken for this run's
-    # (a resume reads the last row's epoch: utrain.once.last_logged).  Says what this run
-    # starts from where the log holds an earlier run's rows (a re-run had said only
-    # '(not better than epoch 0)' of the earlier run's weights)
-    path, metric = files['log'], tr.cfg['metric']
+    if not resume:
+        if last:            # (loaded for the call: its words are no heap otherwise)
+            run = sys.modules['utrain.run']
+            run.aux('again', 'say', files, start, last.split(b',')[0].decode())
+        return -2
     try:
-        with open(path, 'rb') as f:
-            f.seek(max(0, f.seek(0, 2) - 256))
-            rows = f.read(256).split(b'\n')
-    except OSError:
-        rows = []
-    last = rows[-2] if len(rows) > 1 else b''
-    if last[:6] == b'epoch,':       # (a header and no row yet: this run's)
-        return
-    if last:
-        ck, out = files.get('checkpoint'), files['out']
-        w = tr.weights_path
-        print('utrain: %s holds an earlier run (to epoch %s): this run starts again at epoch '
-              '%d from %s, its rows under a header of their own; %s' % (
-                  path, last.split(b',')[0].decode(), not files.get('test'),
-                  w + (' (the best weights so far)' if w == out else ' (the prepared weights)'),
-                  'to go on from that run\'s last weights instead: "resume": true under "run" '
-                  'in train.json with "epochs" raised (%s)' % ck if ck and w != out else
-                  'its best weights, %s, are replaced only by better ones' % out))
-    saving(path, log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+        return int(last.split(b',')[0])
+    except ValueError:
+        return -2
 
 
 def resume(tr, ckpt):
