@@ -23,7 +23,8 @@ def read_log(path, notes=None):
     notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
         from .paths import broken_link
-        raise FileNotFoundError(broken_link(path) or f'{path}: no such file')
+        from .files.locks import not_written_yet
+        raise FileNotFoundError(broken_link(path) or not_written_yet(path) or f'{path}: no such file')
     from .formats.ir import device
     if device(path):
         raise ValueError(device(path))
@@ -43,9 +44,10 @@ def read_log(path, notes=None):
                          'the train.log that `run` or `pull` wrote, or a fleet\'s fleet.csv')
     head = rows[0]
     cols = {h: [] for h in head}
-    damaged, cut = [], False
+    damaged, cut, runs = [], False, [0]
     for k, r in enumerate(rows[1:], 2):
-        if not r or r == head:      # (a header again: a board's earlier log cut short)
+        if not r or r == head:      # (a header again: a run's start, or a board's earlier log
+            runs.append(len(cols[head[0]]))     # cut short)
             continue
         if len(r) != len(head):
             damaged.append(f'line {k} has {len(r)} columns, expected {len(head)}')
@@ -86,16 +88,21 @@ def read_log(path, notes=None):
     if head[0] != 'epoch':
         return cols
     # train.log is appended to: each fresh run starts again (at epoch 0, or 1 when it has
-    # no test split to score before training; a resumed run goes on): the last run counts
+    # no test split to score before training; a resumed run goes on) under a header of its
+    # own (a log of before (32): where the epochs start again): the last run counts
     ep = cols['epoch']
-    last = max(i for i, e in enumerate(ep) if i == 0 or e is None or ep[i - 1] is None
-               or e <= ep[i - 1])
+    last = max([i for i, e in enumerate(ep) if i == 0 or e is None or ep[i - 1] is None
+                or e <= ep[i - 1]] + [i for i in runs if i < len(ep)])
     return {h: v[last:] for h, v in cols.items()}
 
 
 def plot(log, out, notes=None):
     """Write log's curves (read_log; notes: a list its notes go to) to out; returns the
     file written."""
+    # (plot writes a file with Agg: a $MPLBACKEND matplotlib does not know had ended the
+    # plot in "Key backend: 'junk' is not a valid value for backend", naming no variable)
+    if os.environ.get('MPLBACKEND', '').lower() not in ('', 'agg'):
+        os.environ.pop('MPLBACKEND')
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

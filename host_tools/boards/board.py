@@ -480,6 +480,15 @@ def pulled_refusal(d, files, kind, path):
         import zlib
         if zlib.crc32(tag, zlib.crc32(raw[:-8])) & 0xFFFFFFFF != int.from_bytes(raw[-4:], 'little'):
             return 'is cut short or damaged (its checksum does not match)'
+    if raw[3] == 2 and raw[-16:-12] == b'UTFP':
+        # (the model files' fingerprint it trained, train.json's run.fingerprint: a board
+        # that trains another folder's model of the same tensor sizes)
+        from ..target.runner import loose_train_json
+        want = ((loose_train_json(d) or {}).get('run') or {}).get('fingerprint')
+        fp = int.from_bytes(raw[-12:-8], 'little')
+        if isinstance(want, int) and fp != want:
+            return (f'is another model\'s (fingerprint {fp:08x}; this folder\'s model files: '
+                    f'{want:08x})')
     return None
 
 

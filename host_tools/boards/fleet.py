@@ -398,7 +398,8 @@ class BoardClient:
             w = self.model.read(os.path.join(self.staging, files['out']))
             with open(os.path.join(self.staging, files['log'])) as f:
                 rows = [r for r in csv.reader(f) if r]
-            last = rows[-1] if len(rows) > 1 else None
+            # (each run's rows follow a header of their own: a header last is no epoch's)
+            last = rows[-1] if len(rows) > 1 and rows[-1][0] != 'epoch' else None
             loss = float(last[1]) if last and last[1] else float('nan')
             metric = float(last[2]) if last and last[2] else float('nan')
             return self.model.travel(w), n, loss, metric

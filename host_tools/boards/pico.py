@@ -48,8 +48,12 @@ def firmware(ulab=False) -> str:
         raise PicoError(f'no emulated Pico: set ${var} to a MicroPython rp2 firmware '
                         f'(RPI_PICO{" with ulab" if ulab else ""}, .uf2) built as '
                         '../shared/board-sim.md says')
-    if not os.path.isfile(path):
-        raise PicoError(f'${var}={path}: no such file')
+    if not os.path.isfile(path):    # (a device or folder had been 'no such file' too, and
+        # neither said what to do)
+        raise PicoError(f'${var}={path}: ' + ('a folder' if os.path.isdir(path) else 'not a file'
+                                              if os.path.exists(path) else 'no such file')
+                        + f': set ${var} to a MicroPython rp2 firmware file (RPI_PICO'
+                        f'{" with ulab" if ulab else ""}, .uf2), or unset it')
     return path
 
 

@@ -501,7 +501,16 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
     if loss == 'scce':
         if not labels:
             if y.ndim != 2 or y.shape[1] != n_out:
-                raise DataError(f'{where}: y has shape {y.shape}; scce wants class labels')
+                # (it had said what scce wants, not what to give; of a .csv with a column
+                # too many, an id, not that its columns after the inputs are the targets)
+                raise DataError(f'{where}: y has shape {y.shape}; scce wants class labels: give '
+                                f'y one class number (0 to {n_out - 1}) a sample, shape (N,), or '
+                                f'{n_out} values a sample (one-hot), shape (N, {n_out})' + (
+                                    f'; a .csv row holds the model\'s input values, then the '
+                                    f'label: these rows have {y.shape[1] if y.ndim == 2 else 0} '
+                                    'columns after the inputs (drop other columns, an id or a '
+                                    'date; --label first or last says where the label is)'
+                                    if str(where).lower().endswith('.csv') else ''))
             y = y.argmax(axis=1)
         y = y.reshape(-1)
         _class_numbers(y, n_out, loss, where)
@@ -682,11 +691,26 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
         scale, offset = quantization(x, dtype)
         if dtype != 'float32':
             crushed(x, dtype, scale, offset, where or 'the samples')
-    wrote = {}
-    for name, idx in zip(names, (tr, te)):
-        if len(idx):
-            wrote[name] = os.path.join(out_dir, name)
-            write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
+    wrote, was = {}, {}
+    try:
+        for name, idx in zip(names, (tr, te)):
+            if len(idx):
+                p = os.path.join(out_dir, name)
+                was[p] = _read(p) if os.path.isfile(p) else None
+                write_dataset(p, x[idx], y[idx], dtype, scale, offset)
+                wrote[name] = p
+    except OSError:
+        # (a test.ds the file system refused, full: the train.ds written before it had
+        # stayed, beside 'nothing was written'; the folder is left as it was)
+        for p in wrote.values():
+            try:
+                if was[p] is None:
+                    os.remove(p)
+                else:
+                    atomic_write(p, was[p])
+            except OSError:
+                pass
+        raise
     return tr, te, scale, offset, wrote
 
 
@@ -775,11 +799,14 @@ def load_inputs(path, inputs, label='last', size=None):
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             files, (parts, others, at, others_at) = list(z.files), inputs    # (x0, x1: the
-            names = [f'{key} (or x{j}) {list(s[1:])}'           # place among the model's inputs)
-                     for j, (n, s, key) in zip(at, parts)]
+            # (an input named y: the .npz's y is the targets, the input's array is x{j}; y
+            # had been read as that input, and an x, y file refused as 'which the model
+            # takes is not clear')
+            names = [f'{key} (or x{j}) {list(s[1:])}' if 'y' not in (key, n) else
+                     f'x{j} {list(s[1:])}' for j, (n, s, key) in zip(at, parts)]
             if 'x' in z.files:
                 both = [c for j, (n, _, key) in zip(at, parts) for c in (key, f'x{j}', n)
-                        if c in files and c != 'x']
+                        if c in files and c not in ('x', 'y')]
                 if len(parts) > 1 and both:
                     # (x was read, the arrays named for the inputs left unread, unsaid,
                     # though an open dimension had been set from them)
@@ -802,10 +829,11 @@ def load_inputs(path, inputs, label='last', size=None):
                                 f'input: {", ".join(names)} (has {", ".join(files)})')
             xs, used = [], {'y'}
             for i, (name, shape, key) in zip(at, parts):
-                k = next((c for c in (key, f'x{i}', name) if c in files), None)
+                k = next((c for c in (key, f'x{i}', name) if c in files and c != 'y'), None)
                 if k is None:
                     raise DataError(f'{path}: has no array for the model\'s input {i} {key!r} '
-                                    f'{list(shape[1:])} a sample: name it {key} or x{i} (the '
+                                    f'{list(shape[1:])} a sample: name it '
+                                    f'{key + " or " if "y" not in (key, name) else ""}x{i} (the '
                                     f'model takes {", ".join(names)}; the file has '
                                     f'{", ".join(files)})')
                 used.add(k)
@@ -815,7 +843,8 @@ def load_inputs(path, inputs, label='last', size=None):
                 if got != n:
                     raise DataError(f'{path}: array {k} has {got} values a sample (shape '
                                     f'{list(a.shape)}); the model\'s input {key!r} takes {n} '
-                                    f'({list(shape[1:])})')
+                                    f'({list(shape[1:])}): give {k} samples of {list(shape[1:])}, one row a sample, or the model '
+                                    'these samples were made for')
                 xs.append((k, a.reshape(len(a), n)))     # (n given: 0 samples reshape too)
             extra = [f for f in files if f not in used and f not in unread]
             if extra:
@@ -856,15 +885,25 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
         # them (a held-out Keras RGB CNN given (N, 3, 8, 8), a Conv1D given (N, 3, 20),
         # trained on scrambled samples)
         x = np.moveaxis(x, 1, -1)
+    each = list(x.shape[1:])
     x = x.reshape(len(x), -1)
     if shape is not None and x.shape[1] != int(np.prod(shape)):
         n = int(np.prod(shape))
         side = int(round(n ** 0.5))
+        # (the refusal had said what, not what to do: the samples or the model are the
+        # other preparation's, or a .csv's columns were not the ones meant)
+        csv = os.fspath(source).lower().endswith('.csv')
         raise DataError(f'{source}: x has {x.shape[1]} values per sample, {where} takes {n}' + (
             (f': its images are {x.shape[1]} pixels each; give images of {n} pixels' +
              (f' ({side}x{side} gray)' if side * side == n else '') + ' (`python -m '
              f'host_tools dataset {source} --size WxH -o DIR` resizes them into DIR/train.ds, '
-             'which prepare takes)') if os.path.isdir(os.fspath(source)) else ''))
+             'which prepare takes)') if os.path.isdir(os.fspath(source)) else (
+                f' (its samples are {each if not csv else [x.shape[1]]}, the model\'s input '
+                f'{[int(d) for d in shape]} with the batch first): give samples of {n} values '
+                'each, as the model was made for, or the model these samples were made for'
+                + (f'; of a .csv, every column but the label\'s is a value (--label first or '
+                   'last says which is the label; drop other columns, an id or a date, '
+                   'first)' if csv else ''))))
     if loss is not None:
         y = targets(y, loss, n_out, source, out_shape)
     return x, y

@@ -61,3 +61,21 @@ def locked(path, refusal, error=RuntimeError, anon='another process') -> int:
         os.close(fd)
         raise error(refusal(who or anon)) from None
     return fd
+
+
+def not_written_yet(path) -> str | None:
+    """What to say of a run's output that is not there (trained.wof, checkpoint.ckpt,
+    train.log, as export or plot read them) in a prepared folder: the run in it has not
+    saved it yet (it trains now: wait), or the folder has not been run; None when path is
+    no missing file of a prepared folder.  (It had been '...: cannot read (No such file or
+    directory)' or '...: no such file', with a run training in the folder.)"""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.lexists(path) or not os.path.isfile(os.path.join(folder, 'train.json')):
+        return None
+    who = holder(folder)
+    if who:
+        return (f'{path}: not written yet: {who} is ' + ('training' if who.startswith('a run')
+                                                          else 'working') + f' in {folder} and '
+                'has not saved it yet; try again once an epoch has ended (or when it ends)')
+    return (f'{path}: not there: {folder} has not been trained (or its run stopped before '
+            f'saving it): run it first (`run {folder}`)')

@@ -249,14 +249,18 @@ def npz_headers(path: str) -> dict:
                 raw = f.read(4096)
         except OSError:
             raw = None
-        if raw and raw[:4] == b'PK\x03\x04':
+        if raw and (raw[:4] == b'PK\x03\x04' or b'PK\x03\x04'.startswith(raw)) and \
+                path.lower().endswith('.npz'):
+            # (the first bytes of a zip's start alone, 'P' or 'PK': an .npz cut within its
+            # first 4 bytes had been 'it reads as text, not an .npz (a CSV? ...)')
             # (a zip's start, its directory at the end gone or its entries damaged: an .npz
             # cut short had been 'it reads as a zip archive (an .npz of data?), not an .npz')
             raise PrepareError(f'{path}: an .npz cut short or damaged ({e}): {NPZ_AGAIN}') from None
         kind = kind_of(raw) if raw and isinstance(e, zipfile.BadZipFile) else None
         what = (f'it reads as {kind}, not an .npz' + (
             ' (a CSV? it is read by its .csv name)' if kind == 'text' else '') if kind else
-            'not a readable .npz file: the file is empty' if raw == b'' else
+            'not a readable .npz file: the file is empty (cut short, or saved by a program '
+            f'stopped before it wrote it: {NPZ_AGAIN})' if raw == b'' else
             f'not a readable .npz file ({e})')
         raise PrepareError(f'{path}: {what}; data is an .npz of arrays x '
                            'and y (np.savez(path, x=x, y=y)), a .csv, a .ds file or a folder of '

@@ -55,7 +55,8 @@ def _read(path) -> bytes:
         if os.path.isdir(path):         # a prepared folder given for its weights
             raise ValueError(f'{path}: is a folder; give the weights file in it (trained.wof, '
                              'or checkpoint.ckpt)') from None
-        raise ValueError(f'{path}: cannot read ({e.strerror})') from None
+        from .locks import not_written_yet
+        raise ValueError(not_written_yet(path) or f'{path}: cannot read ({e.strerror})') from None
 
 
 def _shaped(g: Graph, arrays: dict) -> dict:
@@ -104,6 +105,12 @@ def _what_to_do(path, e, int8=False) -> str:
     moved out of its run folder (its tensors are the rewritten model's that the folder's
     prepare.json names), or one cut short or damaged (a copy or pull interrupted)."""
     folder = os.path.dirname(os.path.abspath(path))
+    cut = any(w in str(e) for w in ('truncated', 'cut short', 'checksum mismatch'))
+    if not os.path.exists(os.path.join(folder, 'prepare.json')) and cut:
+        # (a file cut short outside a run folder had been told only to be exported from
+        # the folder it was trained in, as if its model were the question)
+        return (f': the file is cut short or damaged ({os.path.getsize(path)} bytes): copy it '
+                'again (`pull` from a board), or export the run folder\'s own copy')
     if not os.path.exists(os.path.join(folder, 'prepare.json')):
         return (f': {os.path.basename(path)} is not in a run folder (no prepare.json beside '
                 'it), so it was read against the model as given; export it from the folder '

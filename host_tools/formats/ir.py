@@ -206,10 +206,14 @@ def check_path(path) -> str:
         from ..paths import broken_link
         link = broken_link(path)
         raise ModelError(path, link[len(path) + 2:] if link else "no such file")
-    if os.path.isdir(path):
-        raise ModelError(path, "is a directory, not a model file")
+    if os.path.isdir(path):     # (it had said what, not what to do)
+        raise ModelError(path, 'is a directory, not a model file: give the model file itself '
+                         '(.circle, .tflite or .onnx)' + (
+                             ', the one this folder was prepared from (prepare.json names it)'
+                             if os.path.isfile(os.path.join(path, 'prepare.json')) else ''))
     if device(path):
-        raise ModelError(path, "is a device, not a model file (read to its end, it has none)")
+        raise ModelError(path, "is a device, not a model file (read to its end, it has none): "
+                         'give the model file itself (.circle, .tflite or .onnx)')
     return path
 
 

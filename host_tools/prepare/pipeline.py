@@ -716,9 +716,15 @@ def _untold(data, what, name, dims):
     that the dimension is open, and to give data)."""
     from ..files.dataset import DataError
     shape = '[' + ', '.join('?' if d is None else str(d) for d in dims[1:]) + ']'
+    # (what to do: it had said what the input takes and stopped there)
+    last = len(dims) in (3, 4) and dims[1] is not None and ' ' + str(dims[1]) + ']' in what
     return DataError(f'{data}: {what}; the model\'s input {name!r} takes samples of {shape} '
                      '(? known only at run time, set from the samples: at least 1; the others '
-                     'as given)')
+                     'as given): give samples of that shape' + (
+                         f' (these hold the {dims[1]} channels last; the model takes them first: '
+                         'x = numpy.moveaxis(x, -1, 1) before saving the .npz)' if last else '')
+                     + ', or fix the input\'s dimensions in the file (onnx.tools.update_model_dims.'
+                     'update_inputs_outputs_dims, or export it with them fixed)')
 
 
 def _sample_dims(data, inputs, opens):
@@ -875,8 +881,19 @@ def _batch1_prepare(model_path, out_dir, data=None, log=print, **kw):
             raise
         # (a refusal of the copy with the dimensions the samples set, which a refusal
         # leaves no trace of: it had named that file alone, not the model or the samples)
-        e.args = (str(e).replace(src, f'{model_path} with the dimensions the samples of '
-                                 f'{data} set ({_dims_said(fixed_dims["dims"])})'),) + e.args[1:]
+        said = str(e).replace(src, f'{model_path} with the dimensions the samples of '
+                              f'{data} set ({_dims_said(fixed_dims["dims"])})')
+        damaged = ': the file may be damaged: export the model again'
+        if damaged in said:
+            # (the model read whole with the file's own dimensions: it is not damaged, its
+            # layers after the input take one size only, a Flatten into a Gemm of fixed
+            # width; the advice had been to export it again and report a utrain bug)
+            said = said[:said.index(damaged)] + (
+                ': the model\'s layers take other dimensions than these samples have (a '
+                'Flatten or Reshape into a layer of fixed width fits one input size only): '
+                'give samples of the size the model was made for, or fix the input\'s '
+                'dimensions in the file to that size')
+        e.args = (said,) + e.args[1:]
         raise
     if fixed_dims:
         _prepared_from_copy(out_dir, r, 'fixed_dims', fixed_dims, model_path)

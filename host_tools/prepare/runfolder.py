@@ -435,6 +435,21 @@ def write_prefix_caches(out_dir, files, cache) -> dict:
     return {}
 
 
+def fingerprint(out_dir, files) -> int:
+    """The CRC32 of the prepared files a run's checkpoint belongs to (files' model,
+    weights, quant and prefix, as written in out_dir): train.json's run.fingerprint, which
+    the board writes into every checkpoint and compares, bytes only, when it resumes one (a
+    checkpoint of another model of the same tensor sizes, copied in from another folder,
+    had resumed without a word; docs/formats.md)."""
+    import zlib
+    c = 0
+    for k in ('model', 'weights', 'quant', 'prefix'):
+        if files.get(k):
+            with open(os.path.join(out_dir, files[k]), 'rb') as f:
+                c = zlib.crc32(f.read(), c)
+    return c
+
+
 def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run) -> dict:
     """The run-config pass: train.json (files, run: how train.py behaves (README), the
     settings s, then extra) and prepare.json (summary).  Progress lines every N samples
@@ -445,7 +460,7 @@ def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run)
         progress = progress_step(summary.get('train_samples', 0))
     cfg = {'files': files, 'run': dict({'resume': False, 'progress': progress,
                                         'checkpoint_every': 0, 'keep_best': bool(files['test'])},
-                                       **run)}
+                                       **run, fingerprint=fingerprint(out_dir, files))}
     cfg.update(s)
     cfg.update(extra)
     # the board's own check of what it will read (utrain/config.py): a train.json it refuses

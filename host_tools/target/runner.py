@@ -376,16 +376,76 @@ def _bytecode_only(src, dst):
         f.write(text)
 
 
+def own_copy(src, out_dir):
+    """src copied into out_dir as a file of its own: a symbolic link by its name there is
+    replaced, not written through (train.py a link to /dev/null had run nothing and ended
+    0, unsaid; a link to a file elsewhere had overwritten that file)."""
+    dst = os.path.join(out_dir, os.path.basename(src))
+    if os.path.islink(dst):
+        os.remove(dst)
+    shutil.copy(src, dst)
+
+
+def linked_outputs(out_dir):
+    """RuntimeError when a file the run writes (train.json's files out, checkpoint, log, and
+    out + '.best') is a symbolic link to a file the run reads or to no regular file (a
+    device): the log, appended to, had been appended to train.json (the next run: 'not
+    valid JSON'), and a log on /dev/full had filled the heap reading it."""
+    files = (loose_train_json(out_dir) or {}).get('files')
+    if not isinstance(files, dict):
+        return
+    names = {k: files.get(k) for k in FILES if isinstance(files.get(k), str)}
+    reads = {os.path.realpath(os.path.join(out_dir, n)): n for k, n in names.items()
+             if k not in ('out', 'checkpoint', 'log')}
+    reads.update({os.path.realpath(os.path.join(out_dir, n)): n for n in ('train.json', 'train.py')})
+    outs = [(k, names.get(k)) for k in ('log', 'out', 'checkpoint')] + [
+        ('best record', names['out'] + '.best' if names.get('out') else None)]
+    for k, n in outs:
+        p = os.path.join(out_dir, n) if n else None
+        if not p or not os.path.islink(p):
+            continue
+        to = os.path.realpath(p)
+        what = (f'{reads[to]}, which the run reads' if to in reads else
+                'no regular file' if os.path.exists(to) and not os.path.isfile(to) else None)
+        if what:
+            raise RuntimeError(f'{p}: a symbolic link to {to}, {what}; the run writes its {k} '
+                               f'there ({"appending its rows" if k == "log" else "replacing it"}'
+                               f'): remove the link (the run makes the file), or name another '
+                               f'file under "files" in train.json')
+
+
 def stage(out_dir, source=False, mpy=None):
     """Copy train.py and lib/utrain (as .mpy unless source) into out_dir, for a board
     whose sys.implementation._mpy is mpy (None: the simulated board's).  npkern and q8kern
     are compiled to the board's native code when its firmware has the native emitter;
     q8asm (q8kern's kernels in Thumb assembler) is staged for ARM boards only."""
+    try:
+        return _stage(out_dir, source, mpy)
+    except OSError as e:
+        unwritable(out_dir, e)
+
+
+def unwritable(out_dir, e):
+    """Raise OSError e, or, for a run folder that cannot be written, a RuntimeError saying
+    what to do (a folder on a read-only file system had been 'xnumpy.mpy: on a read-only
+    file system; write elsewhere', a bare name from the removal of the staged code)."""
+    if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+        raise e
+    raise RuntimeError(f'{out_dir}: cannot be written ({e.strerror}): run copies train.py '
+                       'and the utrain code (lib/) into the folder, and the run writes its '
+                       'log, checkpoint and weights there; copy the folder to a writable '
+                       'place and run the copy') from None
+
+
+def _stage(out_dir, source=False, mpy=None):
     lib = os.path.join(out_dir, 'lib', 'utrain')
+    for p in (os.path.dirname(lib), lib):
+        if os.path.islink(p):   # (the run's own code folder: a link's target had been
+            os.remove(p)        # emptied and written, or 'lib/utrain: no such file')
     if os.path.isdir(lib):
         shutil.rmtree(lib)
     os.makedirs(lib)
-    shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+    own_copy(os.path.join(MICRO, 'train.py'), out_dir)
     arch = native_arch(simulator_mpy() if mpy is None else mpy)
     for name in sorted(os.listdir(PACKAGE)):
         if not name.endswith('.py'):
@@ -447,7 +507,10 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     if python:
         env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
         env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
-        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+        try:
+            own_copy(os.path.join(MICRO, 'train.py'), out_dir)
+        except OSError as e:
+            unwritable(out_dir, e)
         return [sys.executable, 'train.py'], env
     stage(out_dir, source)
     env['MICROPYPATH'] = ':lib'
@@ -528,6 +591,15 @@ def end_advice(out_dir, text) -> str | None:
                 f'{out_dir} back to {other.group(2)}, as the checkpoint trained; to go on with '
                 'the new optimizer from the best weights so far (its state from zero), set '
                 '"resume": false and "start": "best" under "run"')
+    if name.endswith('.ckpt') and ': a checkpoint of another model (fingerprint ' in what:
+        # (its model files' fingerprint is not this folder's: a checkpoint copied in from a
+        # folder prepared from another model of the same tensor sizes, which had resumed
+        # without a word)
+        return (f'what to do: {os.path.join(out_dir, name)} was saved training another model '
+                'than this folder\'s model files (copied in from another run folder, or the '
+                'folder prepared again since?): move it back to the folder it was trained in '
+                '(resume it there), or delete it (or set "resume": false under "run" in '
+                'train.json) to train this one from the start')
     if name.endswith('.ckpt') and 'must follow each other' in what:
         # (its blocks of other sizes than model.flat's tensors: a checkpoint of another
         # model, copied in; it had been 'cannot be resumed from; delete it', the only
@@ -683,6 +755,7 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         raise FileNotFoundError(broken_link(out_dir) or
                                 f'{out_dir}: no train.json here; run `prepare` first')
     damaged_weights(out_dir)
+    linked_outputs(out_dir)
     lock = locked(out_dir, lambda who: f'{out_dir}: {who} is ' + (
         'preparing this folder; run it when that prepare ends' if who.startswith('a prepare')
         else 'training in this folder; wait for it to end (or stop it) first' if who.startswith(
@@ -720,6 +793,11 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
             for sig, h in saved.items():
                 signal.signal(sig, h)
         code = p.wait()
+        for s in (p.stdout, p.stdin):   # (left open: a ResourceWarning each, which
+            try:                        # PYTHONWARNINGS=error made 'Exception ignored' lines)
+                s.close()
+            except OSError:
+                pass
         # (a run told to stop ends STOPPED, not 0, though the board saved its checkpoint
         # and ended cleanly: `run r && export ...` had exported a half-trained model)
         return (STOPPED if stopped and code == 0 else code), \

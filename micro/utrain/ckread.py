@@ -4,6 +4,7 @@
 # heap on a board; the planner counts this module inside the per-sample working set, which
 # is free between samples, when it loads).
 from struct import pack, unpack, calcsize
+import utrain
 from utrain.wof import (openr, crc, crc32, _size, _table, _nbytes, FormatError, MAGIC,
                         VERSION, TAG, RESUME)
 
@@ -67,6 +68,22 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
     f.seek(oo)
     step, epoch = unpack('<II', f.read(8))
     extra = f.read(end - oo - 8) if end > oo + 8 else b''
+    want = getattr(utrain, 'fp', None)      # (this run's block: utrain.config)
+    if ut == 2:         # the last block: the model files' fingerprint (utrain.wof)
+        fp = extra[-8:]
+        if fp[:4] != b'UTFP':
+            raise FormatError('%s: its fingerprint block is missing (damaged)' % path)
+        extra = extra[:-8]
+        if want and fp != want:
+            # (a checkpoint of another model of the same tensor sizes, copied in from
+            # another folder: it had resumed without a word)
+            raise FormatError('%s: a checkpoint of another model (fingerprint %08x; this '
+                              "folder's model files: %08x): delete it, or set \"resume\": "
+                              'false under "run" in train.json, to train from the start'
+                              % (path, unpack('<I', fp[4:])[0], unpack('<I', want[4:])[0]))
+    elif want:
+        print('utrain: %s has no model fingerprint (saved by a utrain before (32)): '
+              "resumed without checking it is this folder's model's" % path)
     return out[0], out[1], out[2], step, epoch, extra
 
 

@@ -20,13 +20,15 @@ BOOLS = ('from_logits', 'shuffle', 'stream', 'resume', 'keep_best')
 INTS = {'batch': (1, 65535), 'epochs': (0, 65535), 'seed': (0, 0xFFFFFFFF),
         'progress': (0, 0xFFFFFFFF), 'checkpoint_every': (0, 0xFFFFFFFF), 'max_retries': (0, 1000),
         'gc_every': (0, 0xFFFFFFFF), 'planned': (0, 0xFFFFFFFF), 'save_reserve': (0, 0xFFFF),
-        'warmup': (0, 0xFFFFFFFF), 'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF)}
+        'warmup': (0, 0xFFFFFFFF), 'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF),
+        'fingerprint': (0, 0xFFFFFFFF)}
 # numbers: (lowest, highest, lowest excluded, highest excluded)
 NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
         'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0),
         'weight_decay': (0, None, 0, 0), 'gamma': (0, 1, 1, 0), 'min_lr': (0, 1, 0, 0)}
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor',
-       'max_retries', 'start', 'cache', 'gc_every', 'planned', 'save_reserve', 'steps')
+       'max_retries', 'start', 'cache', 'gc_every', 'planned', 'save_reserve', 'steps',
+       'fingerprint')
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # int8: q8.req, q8.json
 OUTPUTS = ('out', 'checkpoint', 'log')
 FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export reads it
@@ -69,7 +71,9 @@ def isfile(p):
 
 
 def number(v):
-    return type(v) in (int, float) and v - v == 0     # not bool, not NaN or Inf
+    # not bool, not NaN or Inf, nor a whole number beyond a float's (JSON's 1 and 400
+    # zeros had been an OverflowError's traceback under CPython, inf on a board)
+    return type(v) in (int, float) and v - v == 0 and -1.7e308 < v < 1.7e308
 
 
 def check_value(path, k, v):
@@ -228,6 +232,9 @@ def read_config(cfg_path):
         raise ValueError('%s: nested too deeply or too large to read here: use the '
                          'train.json prepare wrote (prepare again to make one)' % cfg_path)
     files, run, cfg, sel = check(cfg, cfg_path)
+    import utrain           # the fingerprint block every checkpoint of this run carries, and
+    fp = run.get('fingerprint')     # a resumed one must (utrain.wof, utrain.ckread)
+    utrain.fp = None if fp is None else b'UTFP' + fp.to_bytes(4, 'little')
     n = run.get('gc_every', 0)
     if 0 < n < 1024:        # a folder prepared before (32): 1/n of the heap, as it trained then
         try:

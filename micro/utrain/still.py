@@ -21,10 +21,18 @@ def stamp(tr):
         return None
 
 
-def moved(tr, S, raw):
-    # the epoch line's '  (no weight moved)' where this epoch's stamp is the last one's
-    # (S['crc']: a redo after a Ctrl-C compares with the epoch before), and the first
-    # time a line with what to do (raw: an int8 run, whose weights move by whole steps)
+def moved(tr, S, files, kept):
+    # the epoch line's words after its figures: kept (None: not better than the best so
+    # far, said here: epoch 0 of S['rec'] is the out file as it was before this run, not
+    # an epoch of it), then '  (no weight moved)' where this epoch's stamp is the last
+    # one's (S['crc']: a redo after a Ctrl-C compares with the epoch before), and the
+    # first time a line with what to do (raw: an int8 run, whose weights move by whole
+    # steps)
+    b, r, raw = tr.best, S['rec'], files['model'].endswith('.json')
+    if kept is None:
+        kept = '  (not better than %s)' % ('epoch %d' % b[0] if b[0] or not r or b[1:] != r[1:]
+                                           else files['out'] + ' as it was before this run'
+                                           ) if b else '  (not kept)'
     h = stamp(tr)
     said = ''
     if h is not None and S.get('crc') == (tr.epoch - 1, h):
@@ -39,4 +47,4 @@ def moved(tr, S, raw):
                       '--dequantize) to train in float' if raw else 'check what trains and '
                       'the samples'))
     S['crc'] = (tr.epoch, h)
-    return said
+    return kept + said

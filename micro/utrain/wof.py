@@ -240,11 +240,15 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
         f.write(pack('<II', step, epoch))
         for b in (extra if type(extra) is list else (extra,)):
             f.write(b)
+        fp = getattr(utrain, 'fp', None)   # the model files' fingerprint block (utrain.config)
+        if fp:
+            f.write(fp)
         end = f.tell()
         f.seek(0)
         # (reserved byte 1: utrain's, a trailer follows; a file of it cut at the counters
-        # had read as onert-micro's own, its resume block dropped)
-        f.write(pack('<HBBIIII', MAGIC, VERSION, 1, mo, vo, pos, n))
+        # had read as onert-micro's own, its resume block dropped; 2: and the fingerprint
+        # block is the last before the trailer)
+        f.write(pack('<HBBIIII', MAGIC, VERSION, 1 + bool(fp), mo, vo, pos, n))
         f.flush()
         c = crc(f, 0, end)  # read back what the file system holds
         c = crc32(TAG, c) & 0xFFFFFFFF if crc32 else 0

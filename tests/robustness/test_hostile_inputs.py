@@ -777,7 +777,8 @@ def test_a_bad_learning_rate_cannot_make_trained_wof_worse(base, tmp_path):
     if after == before:
         assert (d / 'trained.wof').read_bytes() == good
     log = (d / 'train.log').read_text().splitlines()
-    assert sum(l.startswith('epoch,') for l in log) == 1 and len(log) >= 1 + 5 + 4   # appended
+    # appended, a header a run (session 32: each run's rows under their own)
+    assert sum(l.startswith('epoch,') for l in log) == 2 and len(log) >= 2 + 5 + 4
 
 
 # ------------------------------------------------------------------ heap, two runs at once
