@@ -1986,7 +1986,20 @@ class _Reader(RecurrentOps):
         out = [(n + pads[j] + pads[j + 3] - (k[j] - 1) * dl[j] - 1) // st[j] + 1
                for j, n in enumerate(n3)]
         self.shape[node.output[0]] = [N, O] + out
-        x = self.tensor(ins[0] + '/ndhwc', [N, D, H, W, C])
+        x, wk, bk = self._ndhwc_operands(ins, Wt, [N, D, H, W, C])
+        y = self.tensor(node.output[0] + '/ndhwc', [N] + out + [O])
+        op = self.emit('CONV_3D', [x, wk, bk], [y], padding='VALID', stride_d=st[0],
+                       stride_h=st[1], stride_w=st[2], dilation_d_factor=dl[0],
+                       dilation_h_factor=dl[1], dilation_w_factor=dl[2],
+                       fused_activation_function='NONE')
+        op.pads3d = pads
+        self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
+                  [self.out(node.output[0], 'plain')])
+
+    def _ndhwc_operands(self, ins, Wt, ndhwc):
+        """A 3-D conv's operands in TFLite's layout: the [N, C, D, H, W] input TRANSPOSEd
+        to ndhwc, the weight's axes [2, 3, 4, 1, 0] (steps export undoes), the bias or -1."""
+        x = self.tensor(ins[0] + '/ndhwc', ndhwc)
         self.emit('TRANSPOSE', [self.get(ins[0], 'plain'),
                                 self.perm_const(ins[0], (0, 2, 3, 4, 1))], [x])
         steps = [('T', (2, 3, 4, 1, 0))]
@@ -1996,14 +2009,7 @@ class _Reader(RecurrentOps):
         if len(ins) > 2 and ins[2]:
             bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
                                    ins[2] if ins[2] in self.inits else None)
-        y = self.tensor(node.output[0] + '/ndhwc', [N] + out + [O])
-        op = self.emit('CONV_3D', [x, wk, bk], [y], padding='VALID', stride_d=st[0],
-                       stride_h=st[1], stride_w=st[2], dilation_d_factor=dl[0],
-                       dilation_h_factor=dl[1], dilation_w_factor=dl[2],
-                       fused_activation_function='NONE')
-        op.pads3d = pads
-        self.emit('TRANSPOSE', [y, self.perm_const(node.output[0], (0, 4, 1, 2, 3))],
-                  [self.out(node.output[0], 'plain')])
+        return x, wk, bk
 
     def _conv3d_transpose(self, node, ins, a):
         """A 3-D ConvTranspose (torch.nn.ConvTranspose3d, group 1, no dilation): the
@@ -2037,16 +2043,7 @@ class _Reader(RecurrentOps):
             self.err(f'pads {a.get("pads")} / output_shape {a.get("output_shape")} give an '
                      'output TFLite cannot compute')
         self.shape[node.output[0]] = [N, O] + outs
-        x = self.tensor(ins[0] + '/ndhwc', [N, D, H, W, C])
-        self.emit('TRANSPOSE', [self.get(ins[0], 'plain'),
-                                self.perm_const(ins[0], (0, 2, 3, 4, 1))], [x])
-        steps = [('T', (2, 3, 4, 1, 0))]
-        wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
-                               ins[1] if ins[1] in self.inits else None, steps)
-        bk = -1
-        if len(ins) > 2 and ins[2]:
-            bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
-                                   ins[2] if ins[2] in self.inits else None)
+        x, wk, bk = self._ndhwc_operands(ins, Wt, [N, D, H, W, C])
         y = self.tensor(node.output[0] + '/ndhwc', [N] + outs + [O])
         shp = self.tensor(node.output[0] + '/shape', [5], np.array([N] + outs + [O], np.int32))
         op = self.emit('CONV_3D_TRANSPOSE', [shp, wk, x, bk], [y], padding='VALID',

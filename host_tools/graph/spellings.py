@@ -1209,6 +1209,22 @@ def depth_to_space(g: Graph) -> int:
     return done
 
 
+def _frames_stacked(g, op, x, name, shape):
+    """What a 3-D conv's 2-D spelling starts from: its list of new ops, a step(op_name,
+    ins, shape, **opts) that appends one (named after the output `name`, read back to
+    op's source) and returns its output, and the 5-D input x RESHAPEd to `shape`, its
+    frames stacked along H."""
+    made = []
+
+    def step(op_name, ins, shape, **opts):
+        out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shape)
+        made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
+        return out
+    x4 = step('RESHAPE', [x], shape)
+    make_reshape(g, made[-1], shape)
+    return made, step, x4
+
+
 def conv3d_to_conv2d(g: Graph) -> int:
     """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
     output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as
@@ -1252,14 +1268,8 @@ def conv3d_to_conv2d(g: Graph) -> int:
         if [1, Do, Ho, Wo, O] != list(g.tensors[y].shape) or not all(lives):
             continue        # (an output frame whose taps all read the padding: left as it is)
         bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else -1
-        name, made = g.tensors[y].name, []
-
-        def step(op_name, ins, shape, **opts):
-            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shape)
-            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
-            return out
-        x4 = step('RESHAPE', [x], [1, D * H, W, C])
-        make_reshape(g, made[-1], [1, D * H, W, C])
+        name = g.tensors[y].name
+        made, step, x4 = _frames_stacked(g, op, x, name, [1, D * H, W, C])
         # (named after the weight: export maps a tap back into it, export_onnx)
         taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/tap{i}', [O, kh, kw, Cg],
                            np.ascontiguousarray(Wt[i].transpose(3, 0, 1, 2)))
@@ -1357,14 +1367,8 @@ def conv3d_transpose_to_2d(g: Graph) -> int:
                 continue        # (rows past what any tap reaches: left as it is)
         bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else -1
         act = o.get('fused_activation_function', 'NONE')
-        name, made = g.tensors[y].name, []
-
-        def step(op_name, ins, shape, **opts):
-            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shape)
-            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
-            return out
-        x4 = step('RESHAPE', [x], [1, D * H, W, C])
-        make_reshape(g, made[-1], [1, D * H, W, C])
+        name = g.tensors[y].name
+        made, step, x4 = _frames_stacked(g, op, x, name, [1, D * H, W, C])
         # (named after the weight: export maps a tap back into it, export_onnx)
         taps = [new_tensor(g, f'{g.tensors[op.inputs[1]].name}/ttap{i}', [O, kh, kw, C],
                            np.ascontiguousarray(Wt[i].transpose(2, 0, 1, 3)))
