@@ -77,8 +77,7 @@ def _model(path, shape, k, O, s, same, outs, act, seed=0):
 def test_conv3d_transpose_forward_and_gradients(tmp_path, shape, k, s, same, outs, act):
     from host_tools.prepare.pipeline import prepare
     from host_tools.formats.circle_io import read_model
-    from test_parity import new_trainer
-    from utrain.sink import Sums
+    from test_mask_min_ops import conv3d_step
     src, forward, w, bias, fw = _model(tmp_path / 'c.tflite', shape, k, 2, s, same, outs, act)
     out = tmp_path / 'run'
     prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **kw: None)
@@ -93,24 +92,7 @@ def test_conv3d_transpose_forward_and_gradients(tmp_path, shape, k, s, same, out
             for n, m, kk, st in ((hi, ho, kh, s[1]), (wi, wo, kw, s[2])):
                 assert (-(-m // st) == n if op.options['padding'] == 'SAME' else
                         (n - 1) * st + kk <= m < (n - 1) * st + kk + st), (op.options, n, m)
-    tr = new_trainer(out / 'model.flat', out / 'weights.wof')
-    tr.net.sink = Sums(tr.net)
-    x = np.random.default_rng(5).normal(size=(1,) + shape).astype(F32)
-    tr.set_input(x)
-    tr.net.forward(True)
-    y = np.array(tr.net.output(), np.float64).ravel()
-    np.testing.assert_allclose(y, forward(x), rtol=1e-5, atol=1e-5)
-    dy = np.array([[0.7, -1.3]], F32)
-    tr.net.backward(dy)
-
-    def num(f, v):          # d (y . dy) / d v, central differences in float64
-        v = np.asarray(v, np.float64)
-        g = np.zeros_like(v)
-        for j in np.ndindex(v.shape):
-            e = np.zeros_like(v)
-            e[j] = 1e-4
-            g[j] = (f(v + e) - f(v - e)) @ dy.ravel() / 2e-4
-        return g
+    tr, x, num = conv3d_step(out, shape, forward)
     seen = set()
     for t in tr.net.trainable:
         got = np.asarray(tr.net.sink.acc[t], np.float64)

@@ -323,25 +323,13 @@ def _conv3d_model(path, shape, k, O, s, same, act, seed=0):
     return b.save(path), forward, w, bias, fw
 
 
-@pytest.mark.parametrize('shape, k, s, same, act', [
-    ((4, 5, 5, 1), (3, 3, 3), (1, 1, 1), False, 'NONE'),          # Keras Conv3D's default
-    ((5, 6, 7, 2), (3, 3, 3), (2, 1, 2), True, 'RELU'),           # SAME, strides, fused ReLU
-    ((3, 6, 5, 1), (2, 3, 1), (1, 2, 1), True, 'NONE'),           # a depth tap in the padding
-])
-def test_conv3d_forward_and_gradients(tmp_path, shape, k, s, same, act):
-    """CONV_3D had been refused: it trains as a CONV_2D per output frame and depth tap
-    (spellings.conv3d_to_conv2d).  Forward = a float64 numpy Conv3D (TFLite's SAME); the
-    gradient of each depth tap's weights (device [O, kh, kw, C] = w[i]'s transpose), the
-    bias and the FC against central differences of that numpy forward."""
-    from host_tools.prepare.pipeline import prepare
-    from host_tools.formats.circle_io import read_model
+def conv3d_step(out, shape, forward):
+    """One forward (checked against `forward`) and backward of dy = [0.7, -1.3] through
+    the prepared folder `out` on a random input of `shape`, the gradients summed in a
+    Sums sink.  Returns (trainer, x, num): num(f, v) is d (f(v) . dy) / d v by central
+    differences in float64, the reference for each trained tensor's sums."""
     from test_parity import new_trainer
     from utrain.sink import Sums
-    src, forward, w, bias, fw = _conv3d_model(tmp_path / 'c.tflite', shape, k, 3, s, same, act)
-    out = tmp_path / 'run'
-    prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **kw: None)
-    names = {t.index: t.name for t in read_model(os.fspath(out / 'rewritten.circle')).tensors}
-    assert 'CONV_3D' not in {o.name for o in read_model(os.fspath(out / 'rewritten.circle')).ops}
     tr = new_trainer(out / 'model.flat', out / 'weights.wof')
     tr.net.sink = Sums(tr.net)
     x = np.random.default_rng(5).normal(size=(1,) + shape).astype(F32)
@@ -360,6 +348,27 @@ def test_conv3d_forward_and_gradients(tmp_path, shape, k, s, same, act):
             e[j] = 1e-4
             g[j] = (f(v + e) - f(v - e)) @ dy.ravel() / 2e-4
         return g
+    return tr, x, num
+
+
+@pytest.mark.parametrize('shape, k, s, same, act', [
+    ((4, 5, 5, 1), (3, 3, 3), (1, 1, 1), False, 'NONE'),          # Keras Conv3D's default
+    ((5, 6, 7, 2), (3, 3, 3), (2, 1, 2), True, 'RELU'),           # SAME, strides, fused ReLU
+    ((3, 6, 5, 1), (2, 3, 1), (1, 2, 1), True, 'NONE'),           # a depth tap in the padding
+])
+def test_conv3d_forward_and_gradients(tmp_path, shape, k, s, same, act):
+    """CONV_3D had been refused: it trains as a CONV_2D per output frame and depth tap
+    (spellings.conv3d_to_conv2d).  Forward = a float64 numpy Conv3D (TFLite's SAME); the
+    gradient of each depth tap's weights (device [O, kh, kw, C] = w[i]'s transpose), the
+    bias and the FC against central differences of that numpy forward."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.formats.circle_io import read_model
+    src, forward, w, bias, fw = _conv3d_model(tmp_path / 'c.tflite', shape, k, 3, s, same, act)
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), loss='mse', train='all', lr=0.1, log=lambda *a, **kw: None)
+    names = {t.index: t.name for t in read_model(os.fspath(out / 'rewritten.circle')).tensors}
+    assert 'CONV_3D' not in {o.name for o in read_model(os.fspath(out / 'rewritten.circle')).ops}
+    tr, x, num = conv3d_step(out, shape, forward)
     seen = set()
     for t in tr.net.trainable:
         got = np.asarray(tr.net.sink.acc[t], np.float64)
