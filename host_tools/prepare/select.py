@@ -343,8 +343,9 @@ class Pricer(_Fits):
                             dict(self.target, **to)) for so, to in options]
         self.g0 = read_model(model_path)
         self.g0.input_rms = self.target.pop('input_rms', None)
-        # (flash: the trained tensor shapes ('writes') -> None, or why the board's flash file
-        # system cannot hold the samples, the model and what training writes: check_flash)
+        # (flash: the trained tensor shapes and prefix cut ('writes': _writes) -> None, or why
+        # the board's flash file system cannot hold the samples, the model and what training
+        # writes: check_flash)
         self.flash = self.target.pop('flash', None)
         self.g0.optimizer = settings.get('optimizer')
         from ..graph.inout import choose_output
@@ -366,8 +367,21 @@ class Pricer(_Fits):
             h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
                               'params': trained_params(g, p), 'plan': h,
-                              'writes': [g.tensors[k].shape for k in p.params]}
+                              'writes': self._writes(g, p)}
         return self.memo[key]
+
+    def _writes(self, g, p) -> dict:
+        """What a run of plan p writes to the board's flash, as prepare's flash pass
+        (check_flash) reckons it: the trained tensors' shapes, and with --cache-on-host
+        the bytes a sample of the prefix cache prepare writes holds (cut: what the frozen
+        prefix hands the first op that trains, for every sample).  Without the cut a
+        candidate that fits the heap only with the cache was chosen where the flash cannot
+        hold its cache, and prepare refused the choice (bench/transfer.py's dwres and
+        hicnn on noisy digits at esp32's defaults, 1797 samples: 3.6 and 1.8 MB of cache;
+        the classifier alone fits)."""
+        from .runfolder import cut_bytes
+        return dict(shapes=[g.tensors[k].shape for k in p.params],
+                    cut=cut_bytes(g, p.params) if self.target.get('cache') == 'host' else 0)
 
     def fits(self, ranks, limit, fisher=False, one=True):
         """limit(heap plan) -> bytes or None (prepare's budget and board profile); a

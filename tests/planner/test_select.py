@@ -1603,6 +1603,39 @@ def test_selection_keeps_to_what_the_boards_flash_holds(tmp_path, data, mode, mo
     assert 'nothing fits' not in str(s['select'].get('fallback')), s['select']
 
 
+def test_selection_with_the_prefix_cache_keeps_to_what_the_boards_flash_holds(
+        tmp_path, data, monkeypatch):
+    """Issue 28 (bench/transfer.py's dwres and hicnn on noisy digits at esp32's defaults:
+    prepare chose --cache-on-host, and both selections were refused by prepare's flash
+    pass, 3.6 and 1.8 MB of prefix cache for 1797 samples, where the classifier alone
+    fits): --select priced a candidate's flash by its trained tensors alone, not the
+    prefix cache prepare writes for it (a sample's frozen-prefix output), which grows as
+    the first layer that trains moves up the net.  With --cache-on-host on a board whose
+    flash holds the classifier-only run's cache and 16 KB more, no choice's first trained
+    layer is one whose cache does not fit (the CNN's ops 3, 4, 7: 225-774 KB of cache
+    against 127 KB; from op 1 on the cache is the input), however they score, and
+    prepare accepts the choice (it refused it)."""
+    from host_tools.prepare import pipeline
+    from host_tools.prepare import select as sl
+    kw = dict(SETTINGS, board='rp2040', test_split=0.2, cache='host', dtype='uint8',
+              log=lambda *a: None)
+    seen = []
+    real, profs = runner.flash_advice, runner.boards()
+    monkeypatch.setattr(runner, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    prepare(CNN, str(tmp_path / 'c'), data=data, train='last:1', **kw)
+    _, total, _, _, _, _, writes = seen[-1]
+    p = {k: dict(v) for k, v in profs.items()}
+    p['rp2040']['flash_fs'] = '%dK' % ((total + writes[0]) // 1024 + 16)
+    monkeypatch.setattr(runner, 'boards', lambda: p)
+    monkeypatch.setattr(pipeline, 'boards', lambda: p, raising=False)
+    deep = {3, 4, 7}        # (their cut: a conv map a sample, not the pooled features)
+    monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0:
+                        0.5 + 0.2 * any(ranks.get(i) == 0 for i in deep))
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, select='auto', **kw)
+    assert min(int(i) for i in s['select']['ranks']) not in deep, s['select']['ranks']
+
+
 def test_the_board_keeps_a_tie_the_host_settled_on_longer_trials(tmp_path, data, monkeypatch):
     """Issue 28 (session 20: tico-cnn placement on rp2040, the board 1:bias,7,11 0.724 where
     the settled last:11 tests 0.764; imu-mlp basic-motions on esp32, 1:bias,2 0.770 against
