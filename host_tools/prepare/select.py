@@ -88,8 +88,9 @@ REFINE_TIMES = 2        # ... on this many times FOLDS splits
 # dwres on noisy digits at rp2040: 12-39 whole at batch 4 scored 0.033 under the best
 # (9-39 at batch 1) on the first partition, paired s.e. 0.045, and was not tried again;
 # on 10 folds and on the long trials it leads (0.799 against 0.778), and it tests 2.2
-# points over the choice on 12 seeds.  On a quiet proxy the width stays REFINE.
-# Off: REFINE_Z = 0.
+# points over the choice on 12 seeds.  On a quiet proxy the width stays REFINE: of 13
+# held-out bench selections (session 32) it widened dwres noisy's alone (181 trials
+# read against 148).  Off: REFINE_Z = 0.
 REFINE_Z = 1.0
 REFINE_MAX = 0.06
 # A verified mean rests on at least VALIDATIONS validations, as on the proxies the
