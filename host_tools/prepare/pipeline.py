@@ -1182,7 +1182,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    flash = _flash_fits(model_path, fx, fy, dtype, board, None, s, lambda w: dict(shapes=w),
+    flash = _flash_fits(model_path, fx, fy, dtype, board, None, s, dict,
                         None if dtype_given else 'uint8') \
         if select and board and fx is not None else None
     sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
