@@ -468,7 +468,7 @@ SUPPORTED = sorted({
     'Cast (to float)', 'Celu', 'Conv', 'DepthToSpace', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'Einsum (a matrix product)', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
-    'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
+    'MaxPool', 'Mean', 'Min', 'Sum', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Round', 'Floor',
     'Selu', 'Sigmoid', 'Sign',
@@ -644,6 +644,12 @@ def _fold(node, vals, a):
         shape = [x.shape[i] if v == 0 and not a.get('allowzero') else v
                  for i, v in enumerate(shape)]
         return x.reshape(shape)
+    if t in ('Sum', 'Mean', 'Max', 'Min'):      # (any number of inputs, broadcast)
+        f = {'Sum': np.add, 'Mean': np.add, 'Max': np.maximum, 'Min': np.minimum}[t]
+        r = vals[0]
+        for v in vals[1:]:
+            r = f(r, v)
+        return (r / len(vals) if t == 'Mean' else r).astype(np.result_type(*vals))
     ops = {'Add': np.add, 'Sub': np.subtract, 'Mul': np.multiply, 'Equal': np.equal,
            'Max': np.maximum, 'Min': np.minimum, 'Pow': np.power, 'Less': np.less,
            'Greater': np.greater}
@@ -714,6 +720,7 @@ def _fold(node, vals, a):
 # ops on weights that export cannot map a trained value back through (not a reshape, a
 # transpose or a cast): a weight computed by them on the host is frozen (_Reader.derived)
 _NOT_INVERTED = ('Clip', 'ReduceL2', 'ReduceMean', 'ReduceSumSquare', 'Sqrt', 'Div', 'Max',
+                 'Sum', 'Mean',
                  'Min', 'Relu', 'Sigmoid', 'Tanh', 'Softplus', 'Exp', 'Log', 'Abs',
                  'Reciprocal', 'Expand')
 
@@ -1475,9 +1482,8 @@ class _Reader(RecurrentOps):
 
     def _maxmin(self, node, ins, is_max):
         """max(a, b) = RELU(a - b) + b, min(a, b) = a - RELU(a - b): two activations or
-        an activation and a scalar (clamp); a tensor constant would train as a bias."""
-        if len(ins) != 2:
-            self.err(f'{len(ins)} operands: utrain takes the {node.op_type} of two')
+        an activation and a scalar (clamp); a tensor constant would train as a bias.  (More
+        operands or one: _variadic.)"""
         for v in ins:
             c = np.asarray(self.const.get(v, 0.0)).reshape(-1)
             if v in self.const and np.any(c != c[0]):
@@ -1497,11 +1503,54 @@ class _Reader(RecurrentOps):
         y = self.out(b, lay, s)
         self._ir('ADD', [r, xs[1]], y) if is_max else self._ir('SUB', [xs[0], r], y)
 
+    def _variadic(self, node, ins, pair):
+        """Sum, Max, Min or Mean of any number of inputs (ONNX allows 1 to 2^31 - 1, with
+        multidirectional broadcasting): the first one itself, else a chain of the two-input
+        op, pair(node, [a, b]), the activations first (the accumulator one of them, so that
+        each step has an activation).  Returns the chain's last ONNX name."""
+        vs = [v for v in ins if v]
+        vs = [v for v in vs if v not in self.const] + [v for v in vs if v in self.const]
+        if len(vs) == 1:
+            return vs[0]
+        acc, o = vs[0], node.output[0]
+        for j, v in enumerate(vs[1:], 1):
+            nd = _Node([o if j == len(vs) - 1 else f'{o}/part{j}'])
+            nd.op_type = node.op_type
+            pair(nd, [acc, v])
+            acc = nd.output[0]
+        return acc
+
+    def _chain(self, node, ins, pair):
+        """node's output as _variadic's chain (one input: that input, aliased)."""
+        v = self._variadic(node, ins, pair)
+        if v != node.output[0]:
+            self.alias(node.output[0], v)
+
     def op_Max(self, node, ins, a, i):
-        self._maxmin(node, ins, True)
+        self._chain(node, ins, lambda nd, xy: self._maxmin(nd, xy, True))
 
     def op_Min(self, node, ins, a, i):
-        self._maxmin(node, ins, False)
+        self._chain(node, ins, lambda nd, xy: self._maxmin(nd, xy, False))
+
+    def op_Sum(self, node, ins, a, i):
+        """torch's x + y + z as one node (what other exporters write): a chain of ADDs."""
+        nd = _Node([node.output[0]])
+        nd.op_type = 'Add'
+        self._chain(nd, ins, self._binary)
+
+    def op_Mean(self, node, ins, a, i):
+        """The inputs' Sum (a chain of ADDs) times 1 / their count."""
+        vs = [v for v in ins if v]
+        if len(vs) == 1:
+            return self.alias(node.output[0], vs[0])
+        o = node.output[0]
+        nd = _Node([o + '/sum'])
+        nd.op_type = 'Add'
+        self._variadic(nd, vs, self._binary)
+        v = o + '/sum'
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        self._ir('MUL', [self.get(v, lay), self._scalar(o + '/one_over_n', 1.0 / len(vs))],
+                 self.out(o, lay, self.oshape(v)))
 
     def op_LeakyRelu(self, node, ins, a, i):
         self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))

@@ -2336,3 +2336,72 @@ def test_elman_rnn_node_trains_and_exports(tmp_path, kind):
     export(p, os.path.join(d, 'trained.wof'), out)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3
+
+
+def _variadic_graph(op, n):
+    """x [1, 4] -> MatMuls by w0, w1 ([4, 4]) and w2 ([4, 1], broadcast) -> op of the first
+    n of them (n = 4: and the initializer c, [4] for Sum and Mean, a scalar clamp for Max
+    and Min) -> y [1, 4]; returns (graph, the torch function of x and the weights)."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(1)
+    ws = [(0.7 * r.standard_normal(s)).astype(np.float32) for s in ((4, 4), (4, 4), (4, 1))]
+    c = np.array([0.3, -0.2, 0.1, 0.4] if op in ('Sum', 'Mean') else 0.05, np.float32)
+    m = min(n, 3)
+    inits = [numpy_helper.from_array(w, f'w{j}') for j, w in enumerate(ws[:m])] + \
+        [numpy_helper.from_array(c, 'c')] * (n == 4)
+    nodes = [helper.make_node('MatMul', ['x', f'w{j}'], [f'h{j}']) for j in range(m)]
+    nodes.append(helper.make_node(op, [f'h{j}' for j in range(min(n, 3))] + ['c'] * (n == 4),
+                                  ['y']))
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 4])], inits)
+
+    def f(x, w):
+        hs = [x @ v for v in w[:min(n, 3)]] + [torch.tensor(c, dtype=torch.float64)] * (n == 4)
+        hs = torch.broadcast_tensors(*hs)
+        if op in ('Sum', 'Mean'):
+            s = sum(hs[1:], hs[0])
+            return s / len(hs) if op == 'Mean' else s
+        red = torch.maximum if op == 'Max' else torch.minimum
+        s = hs[0]
+        for h in hs[1:]:
+            s = red(s, h)
+        return s
+    return g, ws, f
+
+
+@pytest.mark.parametrize('n', [1, 3, 4])
+@pytest.mark.parametrize('op', ['Sum', 'Mean', 'Max', 'Min'])
+def test_variadic_sum_mean_max_min_run_train_and_export(op, n, tmp_path):
+    """Issue 28: ONNX Sum had been refused ('cannot read ONNX op Sum'), Mean too, and Max or
+    Min of other than two inputs ('3 operands: utrain takes the Max of two'); ONNX allows
+    one to any number, broadcast.  Each is the first input or a chain of two-input ops
+    (Mean: times 1 / n).  utrain's forward = ORT's, the weights' gradients = torch
+    autograd's, and it trains and exports: ORT on the export = utrain's trained forward."""
+    from utrain.sink import Sums
+    g, ws, f = _variadic_graph(op, n)
+    r = np.random.default_rng(2)
+    xs = r.standard_normal((8, 4)).astype(np.float32)
+    p, d, s, out = _trained_and_exported(tmp_path, g, 'v.onnx', xs, np.tanh(xs), 0.02)
+    rw = json.load(open(os.path.join(d, 'prepare.json')))['rewritten']
+    names = {t.index: t.name for t in read_model(os.path.join(d, rw) if rw else p).tensors}
+    np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-5, atol=1e-5)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(xs[:1])
+    tr.net.forward(True)
+    dy = np.array([[0.5, -1.0, 2.0, 0.25]])
+    tr.net.backward(dy.astype(np.float32))
+    wt = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in ws]
+    (f(torch.tensor(xs[:1], dtype=torch.float64), wt) * torch.tensor(dy)).sum().backward()
+    seen = set()
+    for k in tr.net.trainable:
+        nm = names[k]
+        if nm not in ('w0', 'w1', 'w2'):
+            continue
+        want = wt[int(nm[1])].grad.numpy().T        # (an FC's weight: [out, in])
+        got = np.asarray(tr.net.sink.acc[k], np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=nm)
+        seen.add(nm)
+    assert seen == {f'w{j}' for j in range(min(n, 3))}, seen
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3        # (it trained)
