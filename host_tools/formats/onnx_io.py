@@ -2143,8 +2143,9 @@ class _Reader(RecurrentOps):
         """TFLite's TRANSPOSE_CONV (weight [out, kh, kw, in]) of the NHWC map.  ONNX's
         output row j is the full (VALID) transposed convolution's row j + pads begin
         (rows past its end zero, output_padding): TFLite's VALID (offset 0) or SAME
-        (offset its own) where the pads are those, else VALID to the output's size plus
-        the pads begin, cut by a STRIDED_SLICE."""
+        (offset its own) where the pads and sizes are ones TensorFlow allows, else VALID
+        to the full size (or the pads begin plus the output's, where more), cut by a
+        STRIDED_SLICE (optable.tconv_form)."""
         if ins[1] in self.const and np.ndim(self.const[ins[1]]) == 5 and \
                 len(self.oshape(ins[0])) == 5:
             return self._conv3d_transpose(node, ins, a)
@@ -2179,9 +2180,14 @@ class _Reader(RecurrentOps):
                      'output TFLite cannot compute')
         OH, OW = outs
         self.shape[node.output[0]] = [1, O, OH, OW] if r == 4 else [1, O, OW]
-        same = [max((-(-n // s) - 1) * s + k - n, 0) // 2
-                for n, k, s in ((OH, kh, sh), (OW, kw, sw))]
-        pad = 'VALID' if begin == [0, 0] else 'SAME' if begin == same else None
+        # (sizes TensorFlow's own rules allow, so that TFLite runs the exported graph as
+        # utrain does, or VALID to full size plus a cut: optable.tconv_form)
+        from ..graph.optable import tconv_form
+        form = tconv_form((H, W), (OH, OW), (kh, kw), (sh, sw), begin)
+        if form is None:
+            self.err(f'output_padding {op_} / output_shape {a.get("output_shape")} reach '
+                     'rows no tap of the kernel does (output_padding must be under the stride)')
+        pad, big = form
         wk = self.const_tensor(ins[1], apply_steps(Wt, [('T', (1, 2, 3, 0))]),
                                ins[1] if ins[1] in self.inits else None, pre + [('T', (1, 2, 3, 0))])
         bk = []
@@ -2189,7 +2195,7 @@ class _Reader(RecurrentOps):
             bk = [self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
                                     ins[2] if ins[2] in self.inits else None)]
         y = self.out(node.output[0], 'nhwc')
-        big = [1, OH + begin[0], OW + begin[1], O] if pad is None else [1, OH, OW, O]
+        big = [1] + big + [O]
         t = self.tensor(self.tensors[y].name + '/full', big) if pad is None else y
         shp = self.tensor(self.tensors[t].name + '/shape', [4], np.array(big, np.int32))
         self.emit('TRANSPOSE_CONV', [shp, wk, x] + bk, [t],
@@ -2198,7 +2204,8 @@ class _Reader(RecurrentOps):
         if pad is None:                 # rows and columns pads-begin on
             c = self.tensors[t].name
             ks = [self.tensor(c + n, [4], np.array(v, np.int32)) for n, v in (
-                ('/begin', [0, begin[0], begin[1], 0]), ('/end', [1, big[1], big[2], O]),
+                ('/begin', [0, begin[0], begin[1], 0]),
+                ('/end', [1, begin[0] + OH, begin[1] + OW, O]),
                 ('/strides', [1, 1, 1, 1]))]
             self.emit('STRIDED_SLICE', [t] + ks, [y], begin_mask=0, end_mask=0,
                       ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)

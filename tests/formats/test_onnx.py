@@ -2405,3 +2405,47 @@ def test_variadic_sum_mean_max_min_run_train_and_export(op, n, tmp_path):
     assert seen == {f'w{j}' for j in range(min(n, 3))}, seen
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3        # (it trained)
+
+
+@pytest.mark.parametrize('k, s, pads, opad', [
+    ((3, 3), (2, 2), [0, 0, 1, 1], None),       # pads only at the end: 6 of the full 7
+    ((3, 2), (2, 1), [0, 1, 2, 0], None),       # asymmetric
+    ((3, 3), (2, 2), [0, 0, 2, 1], [1, 1]),     # output_padding, pads at the end
+    ((3, 3), (2, 2), [1, 1, 1, 1], [1, 1]),     # PyTorch's padding=1, output_padding=1
+])
+def test_conv_transpose_writes_sizes_tflite_computes_alike(k, s, pads, opad, tmp_path):
+    """A 2-D ConvTranspose with pads only at the end was written as a VALID TRANSPOSE_CONV
+    to an output under the full size: utrain computes that, TFLite (TensorFlow's size
+    rules: VALID out = the full size to s - 1 past it, SAME in = ceil(out / s)) computes
+    such a graph differently.  Written as the 3-D reader's are (optable.tconv_form): a
+    size TensorFlow allows, or VALID to the full size and a cut; the forward = ORT's, and
+    it trains and exports."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(3)
+    w = (0.5 * r.standard_normal((2, 3) + k)).astype(np.float32)
+    attrs = dict(strides=list(s), pads=pads, **({'output_padding': opad} if opad else {}))
+    full = [(3 - 1) * st + kk + (opad[j] if opad else 0) for j, (kk, st) in enumerate(zip(k, s))]
+    out = [full[j] - pads[j] - pads[j + 2] for j in range(2)]
+    g = helper.make_graph(
+        [helper.make_node('ConvTranspose', ['x', 'w', 'b'], ['y'], **attrs)], 'g',
+        [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info('y', T.FLOAT, [1, 3] + out)],
+        [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(
+            np.array([0.1, -0.2, 0.3], np.float32), 'b')])
+    xs = r.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    y = (0.5 * r.standard_normal((6, 3 * out[0] * out[1]))).astype(np.float32)
+    p, d, _, exp = _trained_and_exported(tmp_path, g, 'ct.onnx', xs, y, 0.02)
+    rw = json.load(open(os.path.join(d, 'prepare.json')))['rewritten']
+    rg = read_model(os.path.join(d, rw) if rw else p)
+    convs = [op for op in rg.ops if op.name == 'TRANSPOSE_CONV']
+    assert convs
+    for op in convs:
+        (_, hi, wi, _), (_, ho, wo, _) = (rg.tensors[op.inputs[2]].shape,
+                                          rg.tensors[op.outputs[0]].shape)
+        _, kh, kw, _ = rg.tensors[op.inputs[1]].shape
+        for n, m, kk, st in ((hi, ho, kh, s[0]), (wi, wo, kw, s[1])):
+            assert (-(-m // st) == n if op.options['padding'] == 'SAME' else
+                    (n - 1) * st + kk <= m < (n - 1) * st + kk + st), (op.options, n, m)
+    np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-5, atol=1e-5)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(exp, xs)).max() < 1e-5
+    assert np.abs(ort_run(exp, xs) - ort_run(p, xs)).max() > 1e-3        # (it trained)
