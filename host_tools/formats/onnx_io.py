@@ -468,7 +468,7 @@ SUPPORTED = sorted({
     'Cast (to float)', 'Celu', 'Conv', 'DepthToSpace', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'Einsum (a matrix product)', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
-    'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
+    'MaxPool', 'Mean', 'Min', 'Sum', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceMin', 'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Not', 'Where',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Round', 'Floor',
     'Selu', 'Sigmoid', 'Sign',
@@ -644,6 +644,12 @@ def _fold(node, vals, a):
         shape = [x.shape[i] if v == 0 and not a.get('allowzero') else v
                  for i, v in enumerate(shape)]
         return x.reshape(shape)
+    if t in ('Sum', 'Mean', 'Max', 'Min'):      # (any number of inputs, broadcast)
+        f = {'Sum': np.add, 'Mean': np.add, 'Max': np.maximum, 'Min': np.minimum}[t]
+        r = vals[0]
+        for v in vals[1:]:
+            r = f(r, v)
+        return (r / len(vals) if t == 'Mean' else r).astype(np.result_type(*vals))
     ops = {'Add': np.add, 'Sub': np.subtract, 'Mul': np.multiply, 'Equal': np.equal,
            'Max': np.maximum, 'Min': np.minimum, 'Pow': np.power, 'Less': np.less,
            'Greater': np.greater}
@@ -714,6 +720,7 @@ def _fold(node, vals, a):
 # ops on weights that export cannot map a trained value back through (not a reshape, a
 # transpose or a cast): a weight computed by them on the host is frozen (_Reader.derived)
 _NOT_INVERTED = ('Clip', 'ReduceL2', 'ReduceMean', 'ReduceSumSquare', 'Sqrt', 'Div', 'Max',
+                 'Sum', 'Mean',
                  'Min', 'Relu', 'Sigmoid', 'Tanh', 'Softplus', 'Exp', 'Log', 'Abs',
                  'Reciprocal', 'Expand')
 
@@ -1475,9 +1482,8 @@ class _Reader(RecurrentOps):
 
     def _maxmin(self, node, ins, is_max):
         """max(a, b) = RELU(a - b) + b, min(a, b) = a - RELU(a - b): two activations or
-        an activation and a scalar (clamp); a tensor constant would train as a bias."""
-        if len(ins) != 2:
-            self.err(f'{len(ins)} operands: utrain takes the {node.op_type} of two')
+        an activation and a scalar (clamp); a tensor constant would train as a bias.  (More
+        operands or one: _variadic.)"""
         for v in ins:
             c = np.asarray(self.const.get(v, 0.0)).reshape(-1)
             if v in self.const and np.any(c != c[0]):
@@ -1497,11 +1503,54 @@ class _Reader(RecurrentOps):
         y = self.out(b, lay, s)
         self._ir('ADD', [r, xs[1]], y) if is_max else self._ir('SUB', [xs[0], r], y)
 
+    def _variadic(self, node, ins, pair):
+        """Sum, Max, Min or Mean of any number of inputs (ONNX allows 1 to 2^31 - 1, with
+        multidirectional broadcasting): the first one itself, else a chain of the two-input
+        op, pair(node, [a, b]), the activations first (the accumulator one of them, so that
+        each step has an activation).  Returns the chain's last ONNX name."""
+        vs = [v for v in ins if v]
+        vs = [v for v in vs if v not in self.const] + [v for v in vs if v in self.const]
+        if len(vs) == 1:
+            return vs[0]
+        acc, o = vs[0], node.output[0]
+        for j, v in enumerate(vs[1:], 1):
+            nd = _Node([o if j == len(vs) - 1 else f'{o}/part{j}'])
+            nd.op_type = node.op_type
+            pair(nd, [acc, v])
+            acc = nd.output[0]
+        return acc
+
+    def _chain(self, node, ins, pair):
+        """node's output as _variadic's chain (one input: that input, aliased)."""
+        v = self._variadic(node, ins, pair)
+        if v != node.output[0]:
+            self.alias(node.output[0], v)
+
     def op_Max(self, node, ins, a, i):
-        self._maxmin(node, ins, True)
+        self._chain(node, ins, lambda nd, xy: self._maxmin(nd, xy, True))
 
     def op_Min(self, node, ins, a, i):
-        self._maxmin(node, ins, False)
+        self._chain(node, ins, lambda nd, xy: self._maxmin(nd, xy, False))
+
+    def op_Sum(self, node, ins, a, i):
+        """torch's x + y + z as one node (what other exporters write): a chain of ADDs."""
+        nd = _Node([node.output[0]])
+        nd.op_type = 'Add'
+        self._chain(nd, ins, self._binary)
+
+    def op_Mean(self, node, ins, a, i):
+        """The inputs' Sum (a chain of ADDs) times 1 / their count."""
+        vs = [v for v in ins if v]
+        if len(vs) == 1:
+            return self.alias(node.output[0], vs[0])
+        o = node.output[0]
+        nd = _Node([o + '/sum'])
+        nd.op_type = 'Add'
+        self._variadic(nd, vs, self._binary)
+        v = o + '/sum'
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        self._ir('MUL', [self.get(v, lay), self._scalar(o + '/one_over_n', 1.0 / len(vs))],
+                 self.out(o, lay, self.oshape(v)))
 
     def op_LeakyRelu(self, node, ins, a, i):
         self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))
@@ -2094,8 +2143,9 @@ class _Reader(RecurrentOps):
         """TFLite's TRANSPOSE_CONV (weight [out, kh, kw, in]) of the NHWC map.  ONNX's
         output row j is the full (VALID) transposed convolution's row j + pads begin
         (rows past its end zero, output_padding): TFLite's VALID (offset 0) or SAME
-        (offset its own) where the pads are those, else VALID to the output's size plus
-        the pads begin, cut by a STRIDED_SLICE."""
+        (offset its own) where the pads and sizes are ones TensorFlow allows, else VALID
+        to the full size (or the pads begin plus the output's, where more), cut by a
+        STRIDED_SLICE (optable.tconv_form)."""
         if ins[1] in self.const and np.ndim(self.const[ins[1]]) == 5 and \
                 len(self.oshape(ins[0])) == 5:
             return self._conv3d_transpose(node, ins, a)
@@ -2130,9 +2180,14 @@ class _Reader(RecurrentOps):
                      'output TFLite cannot compute')
         OH, OW = outs
         self.shape[node.output[0]] = [1, O, OH, OW] if r == 4 else [1, O, OW]
-        same = [max((-(-n // s) - 1) * s + k - n, 0) // 2
-                for n, k, s in ((OH, kh, sh), (OW, kw, sw))]
-        pad = 'VALID' if begin == [0, 0] else 'SAME' if begin == same else None
+        # (sizes TensorFlow's own rules allow, so that TFLite runs the exported graph as
+        # utrain does, or VALID to full size plus a cut: optable.tconv_form)
+        from ..graph.optable import tconv_form
+        form = tconv_form((H, W), (OH, OW), (kh, kw), (sh, sw), begin)
+        if form is None:
+            self.err(f'output_padding {op_} / output_shape {a.get("output_shape")} reach '
+                     'rows no tap of the kernel does (output_padding must be under the stride)')
+        pad, big = form
         wk = self.const_tensor(ins[1], apply_steps(Wt, [('T', (1, 2, 3, 0))]),
                                ins[1] if ins[1] in self.inits else None, pre + [('T', (1, 2, 3, 0))])
         bk = []
@@ -2140,7 +2195,7 @@ class _Reader(RecurrentOps):
             bk = [self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
                                     ins[2] if ins[2] in self.inits else None)]
         y = self.out(node.output[0], 'nhwc')
-        big = [1, OH + begin[0], OW + begin[1], O] if pad is None else [1, OH, OW, O]
+        big = [1] + big + [O]
         t = self.tensor(self.tensors[y].name + '/full', big) if pad is None else y
         shp = self.tensor(self.tensors[t].name + '/shape', [4], np.array(big, np.int32))
         self.emit('TRANSPOSE_CONV', [shp, wk, x] + bk, [t],
@@ -2149,7 +2204,8 @@ class _Reader(RecurrentOps):
         if pad is None:                 # rows and columns pads-begin on
             c = self.tensors[t].name
             ks = [self.tensor(c + n, [4], np.array(v, np.int32)) for n, v in (
-                ('/begin', [0, begin[0], begin[1], 0]), ('/end', [1, big[1], big[2], O]),
+                ('/begin', [0, begin[0], begin[1], 0]),
+                ('/end', [1, begin[0] + OH, begin[1] + OW, O]),
                 ('/strides', [1, 1, 1, 1]))]
             self.emit('STRIDED_SLICE', [t] + ks, [y], begin_mask=0, end_mask=0,
                       ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)

@@ -229,6 +229,26 @@ def same_pads(n, k, s, d):
     return total // 2, total - total // 2, out
 
 
+def tconv_form(ins, outs, ks, ss, begin):
+    """How a TRANSPOSE_CONV of input sizes ins (H, W) to outs, whose row 0 is the full
+    transposed convolution's row begin (ONNX's pads begin), is written so that TFLite runs
+    it as utrain does (TensorFlow's own size rules): ('SAME', outs) where in = ceil(out /
+    s) and begin is SAME's pad; ('VALID', outs) where begin is 0 and out is the full size
+    to its s - 1 rows past it; else (None, big): VALID to big (the full size, or begin plus
+    the output where that is more), cut from begin by a STRIDED_SLICE.  None where big
+    reaches rows past what any tap does."""
+    full = [(n - 1) * s + k for n, k, s in zip(ins, ks, ss)]
+    if list(begin) == [same_pads(o, k, s, 1)[0] for o, k, s in zip(outs, ks, ss)] and \
+            [-(-o // s) for o, s in zip(outs, ss)] == list(ins):
+        return 'SAME', list(outs)
+    if not any(begin) and all(f <= o < f + s for f, o, s in zip(full, outs, ss)):
+        return 'VALID', list(outs)
+    big = [max(f, b + o) for f, b, o in zip(full, begin, outs)]
+    if any(m >= f + s for m, f, s in zip(big, full, ss)):
+        return None
+    return None, big
+
+
 def out_pad(n, k, s, d, padding, where):
     """TFLite's output size and leading pad along one axis."""
     if padding == 'SAME':

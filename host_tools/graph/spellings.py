@@ -10,7 +10,7 @@ from ..formats.circle_io import OP_CODES, Graph, Operator
 from .edit import (FLOAT_FNS, NO_ACTIVATION, REDUCE, const_ints, consumers, is_const,
                    make_reshape, new_tensor, own, producer, remove_op, renumber, replace_op,
                    reversal_ops, slice_op, spell)
-from .optable import same_pads
+from .optable import same_pads, tconv_form
 
 
 def slices_to_split(g: Graph) -> int:
@@ -1352,19 +1352,11 @@ def conv3d_transpose_to_2d(g: Graph) -> int:
                      for n, k, s in ((Do, kd, sd), (Ho, kh, sh), (Wo, kw, sw))]
         bd, bh, bw = begin
         # (each TRANSPOSE_CONV of a size TensorFlow's own rules allow, so that TFLite runs
-        # the exported graph as utrain does: SAME where in = ceil(out / s), VALID where
-        # out is the full size to its s - 1 rows past it; else VALID to the full size, or
-        # to the pads' begin plus the output where that is more, and a STRIDED_SLICE)
-        full = [(H - 1) * sh + kh, (W - 1) * sw + kw]
-        if [bh, bw] == [same_pads(Ho, kh, sh, 1)[0], same_pads(Wo, kw, sw, 1)[0]] and \
-                [-(-Ho // sh), -(-Wo // sw)] == [H, W]:
-            pad, big = 'SAME', [1, Ho, Wo, O]
-        elif [bh, bw] == [0, 0] and full[0] <= Ho < full[0] + sh and full[1] <= Wo < full[1] + sw:
-            pad, big = 'VALID', [1, Ho, Wo, O]
-        else:
-            pad, big = None, [1, max(full[0], bh + Ho), max(full[1], bw + Wo), O]
-            if big[1] >= full[0] + sh or big[2] >= full[1] + sw:
-                continue        # (rows past what any tap reaches: left as it is)
+        # the exported graph as utrain does: optable.tconv_form)
+        form = tconv_form((H, W), (Ho, Wo), (kh, kw), (sh, sw), (bh, bw))
+        if form is None:
+            continue            # (rows past what any tap reaches: left as it is)
+        pad, big = form[0], [1] + form[1] + [O]
         bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else -1
         act = o.get('fused_activation_function', 'NONE')
         name = g.tensors[y].name

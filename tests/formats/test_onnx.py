@@ -2336,3 +2336,116 @@ def test_elman_rnn_node_trains_and_exports(tmp_path, kind):
     export(p, os.path.join(d, 'trained.wof'), out)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
     assert np.abs(ort_run(p, xs) - ort_run(out, xs)).max() > 1e-3
+
+
+def _variadic_graph(op, n):
+    """x [1, 4] -> MatMuls by w0, w1 ([4, 4]) and w2 ([4, 1], broadcast) -> op of the first
+    n of them (n = 4: and the initializer c, [4] for Sum and Mean, a scalar clamp for Max
+    and Min) -> y [1, 4]; returns (graph, the torch function of x and the weights)."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(1)
+    ws = [(0.7 * r.standard_normal(s)).astype(np.float32) for s in ((4, 4), (4, 4), (4, 1))]
+    c = np.array([0.3, -0.2, 0.1, 0.4] if op in ('Sum', 'Mean') else 0.05, np.float32)
+    m = min(n, 3)
+    inits = [numpy_helper.from_array(w, f'w{j}') for j, w in enumerate(ws[:m])] + \
+        [numpy_helper.from_array(c, 'c')] * (n == 4)
+    nodes = [helper.make_node('MatMul', ['x', f'w{j}'], [f'h{j}']) for j in range(m)]
+    nodes.append(helper.make_node(op, [f'h{j}' for j in range(min(n, 3))] + ['c'] * (n == 4),
+                                  ['y']))
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 4])], inits)
+
+    def f(x, w):
+        hs = [x @ v for v in w[:min(n, 3)]] + [torch.tensor(c, dtype=torch.float64)] * (n == 4)
+        hs = torch.broadcast_tensors(*hs)
+        if op in ('Sum', 'Mean'):
+            s = sum(hs[1:], hs[0])
+            return s / len(hs) if op == 'Mean' else s
+        red = torch.maximum if op == 'Max' else torch.minimum
+        s = hs[0]
+        for h in hs[1:]:
+            s = red(s, h)
+        return s
+    return g, ws, f
+
+
+@pytest.mark.parametrize('n', [1, 3, 4])
+@pytest.mark.parametrize('op', ['Sum', 'Mean', 'Max', 'Min'])
+def test_variadic_sum_mean_max_min_run_train_and_export(op, n, tmp_path):
+    """Issue 28: ONNX Sum had been refused ('cannot read ONNX op Sum'), Mean too, and Max or
+    Min of other than two inputs ('3 operands: utrain takes the Max of two'); ONNX allows
+    one to any number, broadcast.  Each is the first input or a chain of two-input ops
+    (Mean: times 1 / n).  utrain's forward = ORT's, the weights' gradients = torch
+    autograd's, and it trains and exports: ORT on the export = utrain's trained forward."""
+    from utrain.sink import Sums
+    g, ws, f = _variadic_graph(op, n)
+    r = np.random.default_rng(2)
+    xs = r.standard_normal((8, 4)).astype(np.float32)
+    p, d, s, out = _trained_and_exported(tmp_path, g, 'v.onnx', xs, np.tanh(xs), 0.02)
+    rw = json.load(open(os.path.join(d, 'prepare.json')))['rewritten']
+    names = {t.index: t.name for t in read_model(os.path.join(d, rw) if rw else p).tensors}
+    np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-5, atol=1e-5)
+    tr = new_trainer(os.path.join(d, 'model.flat'), os.path.join(d, 'weights.wof'))
+    tr.net.sink = Sums(tr.net)
+    tr.set_input(xs[:1])
+    tr.net.forward(True)
+    dy = np.array([[0.5, -1.0, 2.0, 0.25]])
+    tr.net.backward(dy.astype(np.float32))
+    wt = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in ws]
+    (f(torch.tensor(xs[:1], dtype=torch.float64), wt) * torch.tensor(dy)).sum().backward()
+    seen = set()
+    for k in tr.net.trainable:
+        nm = names[k]
+        if nm not in ('w0', 'w1', 'w2'):
+            continue
+        want = wt[int(nm[1])].grad.numpy().T        # (an FC's weight: [out, in])
+        got = np.asarray(tr.net.sink.acc[k], np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=nm)
+        seen.add(nm)
+    assert seen == {f'w{j}' for j in range(min(n, 3))}, seen
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+    assert np.abs(ort_run(out, xs) - ort_run(p, xs)).max() > 1e-3        # (it trained)
+
+
+@pytest.mark.parametrize('k, s, pads, opad', [
+    ((3, 3), (2, 2), [0, 0, 1, 1], None),       # pads only at the end: 6 of the full 7
+    ((3, 2), (2, 1), [0, 1, 2, 0], None),       # asymmetric
+    ((3, 3), (2, 2), [0, 0, 2, 1], [1, 1]),     # output_padding, pads at the end
+    ((3, 3), (2, 2), [1, 1, 1, 1], [1, 1]),     # PyTorch's padding=1, output_padding=1
+])
+def test_conv_transpose_writes_sizes_tflite_computes_alike(k, s, pads, opad, tmp_path):
+    """A 2-D ConvTranspose with pads only at the end was written as a VALID TRANSPOSE_CONV
+    to an output under the full size: utrain computes that, TFLite (TensorFlow's size
+    rules: VALID out = the full size to s - 1 past it, SAME in = ceil(out / s)) computes
+    such a graph differently.  Written as the 3-D reader's are (optable.tconv_form): a
+    size TensorFlow allows, or VALID to the full size and a cut; the forward = ORT's, and
+    it trains and exports."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    r = np.random.default_rng(3)
+    w = (0.5 * r.standard_normal((2, 3) + k)).astype(np.float32)
+    attrs = dict(strides=list(s), pads=pads, **({'output_padding': opad} if opad else {}))
+    full = [(3 - 1) * st + kk + (opad[j] if opad else 0) for j, (kk, st) in enumerate(zip(k, s))]
+    out = [full[j] - pads[j] - pads[j + 2] for j in range(2)]
+    g = helper.make_graph(
+        [helper.make_node('ConvTranspose', ['x', 'w', 'b'], ['y'], **attrs)], 'g',
+        [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info('y', T.FLOAT, [1, 3] + out)],
+        [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(
+            np.array([0.1, -0.2, 0.3], np.float32), 'b')])
+    xs = r.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    y = (0.5 * r.standard_normal((6, 3 * out[0] * out[1]))).astype(np.float32)
+    p, d, _, exp = _trained_and_exported(tmp_path, g, 'ct.onnx', xs, y, 0.02)
+    rw = json.load(open(os.path.join(d, 'prepare.json')))['rewritten']
+    rg = read_model(os.path.join(d, rw) if rw else p)
+    convs = [op for op in rg.ops if op.name == 'TRANSPOSE_CONV']
+    assert convs
+    for op in convs:
+        (_, hi, wi, _), (_, ho, wo, _) = (rg.tensors[op.inputs[2]].shape,
+                                          rg.tensors[op.outputs[0]].shape)
+        _, kh, kw, _ = rg.tensors[op.inputs[1]].shape
+        for n, m, kk, st in ((hi, ho, kh, s[0]), (wi, wo, kw, s[1])):
+            assert (-(-m // st) == n if op.options['padding'] == 'SAME' else
+                    (n - 1) * st + kk <= m < (n - 1) * st + kk + st), (op.options, n, m)
+    np.testing.assert_allclose(utrain_run(d, xs), ort_run(p, xs), rtol=1e-5, atol=1e-5)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(exp, xs)).max() < 1e-5
+    assert np.abs(ort_run(exp, xs) - ort_run(p, xs)).max() > 1e-3        # (it trained)
