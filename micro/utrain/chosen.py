@@ -82,19 +82,25 @@ def read(path, log=print):
         size = f.tell()
         f.seek(0)
         h = f.read(20)
-        oo = unpack('<HBBIIII', h)[5] if len(h) == 20 else 0
+        hv = unpack('<HBBIIII', h) if len(h) == 20 else (0,) * 7
+        ut, oo = hv[2], hv[5]
         end = size
         if size >= 28:
             f.seek(size - 8)
             if f.read(4) == wof.TAG:
                 end = size - 8
-        at = oo + 8 + calcsize(wof.RESUME)
-        if not 20 < oo < at <= end:
+        if ut == 2:             # (the model's fingerprint block before the trailer: wof)
+            end -= 8
+        n = calcsize(wof.RESUME)
+        if not 20 < oo < oo + 8 + n <= end:
             raise ValueError('%s: no board-selection block (prepared without --select board?)'
                              % path)
-        f.seek(at)
-        b = f.read(end - at)
-    keep = unblob(b, path)
+        f.seek(oo + 8)
+        b = f.read(end - oo - 8)
+    if b[n:n + 4] == b'UTLR':     # (the run's schedule block before it: utrain.sched)
+        from utrain.sched import unblock
+        b = unblock(b, n, path)[1]
+    keep = unblob(b[n:], path)
     log('board selection from %s: tensors %s' % (path, ', '.join(
         '%d' % k + (' %d:%d' % (keep[k][1], keep[k][2]) if keep[k] else '') for k in sorted(keep))))
     return keep

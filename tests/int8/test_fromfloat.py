@@ -365,13 +365,15 @@ def test_prepares_own_int8_choice_over_the_budget_trains_in_float32(tmp_path):
     hf = prepare(MLP, str(tmp_path / 'f'), data=data, epochs=1, board='esp32-psram', int8=False,
                  log=lambda *a: None, **KW)['heap']['total']
     assert hf + 2048 < h8, (hf, h8)     # (int8's code: the kernels beside the trainer)
-    # (just over the float32 plan: int8 may fit a budget between the two by giving up its
-    # scale growth, q8grow, which prepare does; here not even that fits)
-    budget = str(hf + 256)
+    # (the float32 plan itself: int8 may fit a budget between the two by giving up its
+    # scale growth, q8grow, which prepare does; here not even that fits.  Since session 32
+    # int8 without growth plans within bytes of float32 here (its set-up code loads for
+    # the call), so the budget is the float32 plan, not a little over it)
+    budget = str(hf)
     said = []
     s = prepare(MLP, str(tmp_path / 'a'), data=data, epochs=1, board='esp32-psram', budget=budget,
                 log=said.append, **KW)
-    assert not s.get('int8') and s['heap']['total'] <= hf + 256, s['heap']['total']
+    assert not s.get('int8') and s['heap']['total'] <= hf, s['heap']['total']
     line = [v for v in said if 'trains in float32 after all' in v]
     assert len(line) == 1 and line[0].startswith(MLP) and f'needs about {h8 // 1024} KB' in line[0] \
         and '--int8' in line[0], said

@@ -219,6 +219,34 @@ except ValueError as e:
     assert 'refused: other.ckpt: ' in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize('fp', [False, True])
+@pytest.mark.parametrize('sched', [False, True])
+def test_board_selection_reads_back_past_the_fingerprint_and_schedule_blocks(tmp_path, fp, sched):
+    """utrain.chosen.read finds the selection block of a checkpoint whose run kept a
+    schedule (its UTLR block comes first) and whose model files have a fingerprint (its
+    block comes last, session 32): a resumed --select board run had been refused with
+    'bad board-selection block' once checkpoints carried the fingerprint."""
+    code = """
+import sys
+sys.path.insert(0, %r)
+import utrain
+from struct import pack, calcsize
+from utrain import chosen, wof, sched
+utrain.fp = (b'UTFP' + pack('<I', 0x1234abcd)) if %r else None
+keep = {3: None, 5: (0, 2, 6)}
+extra = pack(wof.RESUME, b'UTRS', 1, 0, 0, 0.0, 0.0, 1.0, 0, 0, 0.0, 0.0)
+if %r:
+    extra += sched.of(dict(schedule='cosine', warmup=2, schedule_steps=20, step_size=1,
+                           gamma=0.5, min_lr=0.01))[6]
+wof.save_checkpoint('c.ckpt', 1, {0: bytearray(8)}, None, None, 7, 1, extra + chosen.blob(keep))
+got = chosen.read('c.ckpt', log=lambda *a: None)
+print('read', sorted(got.items()) == sorted(keep.items()))
+""" % (os.path.join(ROOT, 'micro'), fp, sched)
+    r = subprocess.run([sys.executable, '-c', code], cwd=str(tmp_path), capture_output=True,
+                       text=True)
+    assert 'read True' in r.stdout, r.stdout + r.stderr
+
+
 def _board_potentials(out, x, y, half=None):
     """The board's Fisher potentials (utrain.fisher, the micro/ code on the host) of
     prepared folder out's net on samples x, labels y (written as its train.ds): (net, P);
