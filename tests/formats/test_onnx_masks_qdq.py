@@ -189,58 +189,13 @@ def test_a_conv3d_trains_as_conv2ds_and_exports_into_its_weight(tmp_path, k, str
     forward is ONNX Runtime's, each depth tap's gradient PyTorch autograd's of that slice
     of the weight, and export puts the taps back into the Conv's weight (ONNX Runtime
     runs the exported file as utrain runs the trained weights)."""
-    ort = pytest.importorskip('onnxruntime')
-    from host_tools.formats.circle_io import read_model
-    from host_tools.prepare.pipeline import export
-    from host_tools.target.runner import run
-    from test_parity import new_trainer
-    from utrain.sink import Sums
+    from test_onnx_dynamic_3d import _onnx_3d_trains_and_exports
     torch.manual_seed(0)
-    shape = (1, 2, 4, 5, 5)
     conv = nn.Conv3d(2, 3, k, stride=stride, padding=pad)
-    n = conv(torch.zeros(shape)).numel()
-    net = nn.Sequential(conv, nn.ReLU(), nn.Flatten(), nn.Linear(n, 2)).eval()
-    src = _onnx(net, tmp_path / 'c.onnx', shape, names=['x'])
-    rng = np.random.default_rng(1)
-    xs = rng.normal(size=(6,) + shape[1:]).astype(F32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=rng.normal(size=(6, 2)).astype(F32))
-    out = tmp_path / 'run'
-    tr = _trainer(src, out, data=os.fspath(tmp_path / 'd.npz'), epochs=1, backend='fallback')
-    names = {t.index: t.name for t in read_model(os.fspath(out / 'rewritten.circle')).tensors}
-    assert 'CONV_3D' not in {o.name for o in read_model(os.fspath(out / 'rewritten.circle')).ops}
-    tr.net.sink = Sums(tr.net)
-    sess = ort.InferenceSession(src, providers=['CPUExecutionProvider'])
-    x = xs[:1]
-    tr.set_input(x.transpose(0, 2, 3, 4, 1))    # (prepare.json's input_perm: NDHWC)
-    tr.net.forward(True)
-    y = np.array(tr.net.output(), np.float64).ravel()
-    np.testing.assert_allclose(y, sess.run(None, {'x': x})[0].ravel(), rtol=1e-5, atol=1e-5)
-    dy = np.array([[0.7, -1.3]], F32)
-    tr.net.backward(dy)
-    (net(torch.tensor(x)) * torch.tensor(dy)).sum().backward()
-    want = {'0.bias': conv.bias.grad.numpy(), '3.weight': net[3].weight.grad.numpy(),
-            '3.bias': net[3].bias.grad.numpy()}
-    want.update({f'0.weight/tap{i}': conv.weight.grad[:, :, i].numpy().transpose(0, 2, 3, 1)
-                 for i in range(conv.weight.shape[2])})
-    seen = set()
-    for t in tr.net.trainable:
-        got = np.asarray(tr.net.sink.acc[t], np.float64).ravel()
-        if names[t] in want:
-            np.testing.assert_allclose(got, want[names[t]].ravel(), rtol=1e-4, atol=1e-6,
-                                       err_msg=names[t])
-            seen.add(names[t])
-    taps = {n for n in seen if '/tap' in n}
-    assert seen - taps == {'0.bias', '3.weight', '3.bias'} and taps, seen
-    run(os.fspath(out), python=True)
-    dst = os.fspath(tmp_path / 'e.onnx')
-    export(src, os.fspath(out / 'trained.wof'), dst)
-    trained = new_trainer(out / 'model.flat', out / 'trained.wof')
-    trained.set_input(x.transpose(0, 2, 3, 4, 1))
-    trained.net.forward(False)
-    np.testing.assert_allclose(
-        ort.InferenceSession(dst, providers=['CPUExecutionProvider']).run(None, {'x': x})[0]
-        .ravel(), np.array(trained.net.output(), np.float64).ravel(), rtol=1e-5, atol=1e-5)
-    assert not np.allclose(sess.run(None, {'x': x})[0], np.array(trained.net.output()))
+    # (weight [O, C, kd, kh, kw]: tap i is utrain's [O, kh, kw, C])
+    _onnx_3d_trains_and_exports(tmp_path, conv, (1, 2, 4, 5, 5), lambda g: {
+        f'0.weight/tap{i}': g[:, :, i].numpy().transpose(0, 2, 3, 1)
+        for i in range(conv.weight.shape[2])})
 
 
 def test_qdq_model_with_a_quantized_constant_operand(tmp_path):
