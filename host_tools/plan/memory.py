@@ -652,8 +652,13 @@ def state_parts(r) -> dict:
              if getattr(module(SPECS[op.name].kernel), 'WGRAD_WHOLE', False)}
     parts['gradient sums'] = 0 if int(r.s['batch']) == 1 and not shared else sum(
         A(size[k] if k in whole else state[k]) for k in plan.params)
-    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
-    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
+    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's
+    # held), made at the op's first forward pass: none for the ops a host-made prefix
+    # cache stands in for, which the board never runs (the zoo GRU's and LSTM's unrolled
+    # gate splits, all below last:2: 27.6 and 22.8 KB of their --cache-on-host plans on
+    # 32-bit, 1.24x and 1.20x their need; docs/memory.md)
+    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]])
+                 for op in g.ops[r.start:])
     if splits:
         parts['split gradient buffers'] = splits
     # a view's output (utrain.op_shape: a reshape) shares its input's floats: saved with
