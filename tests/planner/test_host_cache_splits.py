@@ -2,9 +2,10 @@
 buffers a kernel makes at an op's first forward pass and keeps all run (op_split's
 input-sized gradient buffer) are not made for them.  The plan had priced them for every
 SPLIT in the model: the zoo GRU's and LSTM's unrolled gate splits, all below last:2, put
-27.6 and 22.8 KB in their --cache-on-host plans on 32-bit unix MicroPython (mpu32: GRU
-167/135 KB, LSTM 164/137 KB = 1.24x, 1.20x; mpu32-ulab: GRU 144/115 KB = 1.25x), now
-1.02x on mpu32 (bench/sweep.py, docs/memory.md).
+27.6 and 22.8 KB in their --cache-on-host plans on 32-bit unix MicroPython (plan / need
+in bytes, bench/sweep.py --sturdy, 8 samples; mpu32: GRU 170,790 / 137,706 = 1.24x, LSTM
+168,153 / 140,253 = 1.20x; mpu32-ulab: GRU 147,307 / 118,141 = 1.25x), now 1.005-1.02x
+on both builds (docs/memory.md).
 
 Here a 16-step split of a [16, 512] input (what an unrolled RNN cuts into steps), its last
 step's classifier trained from a host-made cache, on the default (64-bit) build: plan
