@@ -372,6 +372,7 @@ def per_sample(r, held):
     collect = gc_every(r.g, sum(parts.values()))
     parts['fragmentation allowance'] = fragmentation(parts, collect)
     prefix_phase(r, parts, collect)
+    model_load(r, parts)
     load_holes(r, parts)
     return parts, collect, peak_at
 
@@ -652,8 +653,13 @@ def state_parts(r) -> dict:
              if getattr(module(SPECS[op.name].kernel), 'WGRAD_WHOLE', False)}
     parts['gradient sums'] = 0 if int(r.s['batch']) == 1 and not shared else sum(
         A(size[k] if k in whole else state[k]) for k in plan.params)
-    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
-    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
+    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's
+    # held), made at the op's first forward pass: none for the ops a host-made prefix
+    # cache stands in for, which the board never runs (the zoo GRU's and LSTM's unrolled
+    # gate splits, all below last:2: 27.6 and 22.8 KB of their --cache-on-host plans on
+    # 32-bit, 1.24x and 1.20x their need; docs/memory.md)
+    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]])
+                 for op in g.ops[r.start:])
     if splits:
         parts['split gradient buffers'] = splits
     # a view's output (utrain.op_shape: a reshape) shares its input's floats: saved with
@@ -1192,6 +1198,30 @@ def fragmentation(parts, collect) -> int:
 
 
 HOLES = 'load holes (beyond the per-sample part)'
+LOAD = 'model load (its tables\' transient, beyond the run)'
+
+
+def model_load(r, parts):
+    """utrain.flat.load reads the tables before any array is made: the code (all of the
+    model's kernels; not utrain.prefix, imported later), the interpreter's share, the
+    resident tables and the load's transient ones: per tensor its kind, flags and last
+    use (two bytearrays and a list: a word and 2 B), per op the op and kernel-module
+    lists' growth (each list's old storage and its doubled one: 2 words, twice), with
+    the fragmentation allowance on those tables.  A part for what that peak needs beyond
+    the run's (the model's weights, state and working set), where it is the larger: a
+    net of many ops and small weights.  (An unrolled TFLite GRU, 1228 ops of 1675
+    tensors and 6 KB of weights, failed loading its model 10 KB above the plan once its
+    op_split buffers, never made with a host-made prefix cache, were no longer planned:
+    needed 39.7 KB beyond code, interpreter and planned tables on both 32-bit builds,
+    mpu32 274.0 KB and mpu32-ulab 254.6 KB; this plans 44.7 KB, 1.02x on both.)"""
+    w = r.t['word']
+    code = parts['code'] + (r.prefix_code if r.start else 0) - r.late_code
+    tables = parts['model tables'] + len(r.shapes) * (w + 2) + len(r.g.ops) * 4 * w
+    peak = code + parts['interpreter'] + int((1 + SLACK) * tables)
+    extra = peak - sum(parts.values())
+    if extra > 0:
+        parts[LOAD] = extra
+    return parts
 
 
 def load_holes(r, parts):
@@ -1227,7 +1257,7 @@ def load_holes(r, parts):
     SGD cell needs, 54.2 KB, with utrain.prefix's 2.7 KB of code more: planned 1.22x)."""
     floor = r.f.get('holes', 0) - r.late_code
     per = sum(v for k, v in parts.items() if k.startswith(('saved', 'working set', 'fragmentation',
-                                                            'prefix phase')))
+                                                            'prefix phase', 'model load')))
     if floor > per and not r.frozen:
         parts[HOLES] = floor - per
     return parts
