@@ -1,4 +1,4 @@
-# What a fresh run says where train.log holds an earlier run's rows (utrain.once.
+# What a fresh run says where train.log holds an earlier run's rows (utrain.logtail.
 # last_logged, loaded for the call and dropped: a run again of a trained folder had said
 # only '(not better than epoch 0)' of the earlier run's weights).
 

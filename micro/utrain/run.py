@@ -132,7 +132,7 @@ def main(cfg_path='train.json'):
     # code, loaded after the net and the datasets, was its load's peak (the held-out small
     # CNN --int8 --cache --train last:2: 108.5 -> 104.4 KB on 64-bit unix).  (A float run
     # reads it there still: a ulab conv net, Adam b4, laid out otherwise, needed 3 % more)
-    logged = raw and aux('once', 'last_logged', files, resume, start)
+    logged = raw and aux('logtail', 'last_logged', files, resume, start)
     if sel:                 # prepare --select board: the board chooses what trains
         if resume:
             chosen = aux('q8keep' if raw else 'chosen', 'read', files['checkpoint'])
@@ -201,7 +201,7 @@ def main(cfg_path='train.json'):
         drop(tr, (train, test))
     fresh = not (tr.epoch or tr.pos)
     S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch, 'rec': rec,
-                      'logged': logged if raw else aux('once', 'last_logged', files, resume, start),
+                      'logged': logged if raw else aux('logtail', 'last_logged', files, resume, start),
                       't0': ticks_ms()}
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
     try:
@@ -227,7 +227,7 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
     Diverged = getattr(sys.modules.get('utrain.trainer'), 'Diverged', _Never)
     c, log, S = tr.cfg, STATE['log'], STATE['s']
     metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
-    if fresh and S['logged'] != -1:    # a header a run (utrain.once.last_logged)
+    if fresh and S['logged'] != -1:    # a header a run (utrain.logtail.last_logged)
         saving(files['log'], log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
     print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs%s'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
