@@ -1225,6 +1225,20 @@ def _frames_stacked(g, op, x, name, shape):
     return made, step, x4
 
 
+def _stands_for(op, made, first):
+    """The conv just made (made[-1]) in a 3-D conv's 2-D spelling: the first is op itself,
+    rewritten in place (--train and --ranks select by identity), the others train with
+    it.  Returns the first."""
+    conv = made[-1]
+    if first is not None:
+        conv.trains_with = op
+        return first
+    op.name, op.code, op.inputs, op.outputs, op.options = \
+        conv.name, conv.code, conv.inputs, conv.outputs, conv.options
+    made[-1] = op
+    return conv
+
+
 def conv3d_to_conv2d(g: Graph) -> int:
     """A float CONV_3D (Keras Conv3D) [1, D, H, W, C] * [kd, kh, kw, C, O] -> a CONV_2D per
     output frame and depth tap: frame f of the input (a STRIDED_SLICE of it seen as
@@ -1292,14 +1306,7 @@ def conv3d_to_conv2d(g: Graph) -> int:
                 c = step('CONV_2D', [frames[f], taps[i], bias if n == 0 else -1], [1, Ho, Wo, O],
                          padding='VALID', stride_h=sh, stride_w=sw, dilation_h_factor=dh,
                          dilation_w_factor=dw, fused_activation_function=act)
-                conv = made[-1]
-                if first is None:   # (op itself, rewritten in place: --train and --ranks
-                    first = conv    # select by identity; the other convs train with it)
-                    op.name, op.code, op.inputs, op.outputs, op.options = \
-                        conv.name, conv.code, conv.inputs, conv.outputs, conv.options
-                    made[-1] = op
-                else:
-                    conv.trains_with = op
+                first = _stands_for(op, made, first)
                 acc = c if acc is None else step(
                     'ADD', [acc, c], [1, Ho, Wo, O], fused_activation_function=o.get(
                         'fused_activation_function', 'NONE') if last else 'NONE')
@@ -1383,14 +1390,7 @@ def conv3d_transpose_to_2d(g: Graph) -> int:
                     [bias] if n == 0 and bias >= 0 else []), big, padding=pad or 'VALID',
                     stride_h=sh, stride_w=sw,
                     fused_activation_function=act if last and n == 0 else 'NONE')
-                conv = made[-1]
-                if first is None:   # (op itself, rewritten in place: --train and --ranks
-                    first = conv    # select by identity; the other convs train with it)
-                    op.name, op.code, op.inputs, op.outputs, op.options = \
-                        conv.name, conv.code, conv.inputs, conv.outputs, conv.options
-                    made[-1] = op
-                else:
-                    conv.trains_with = op
+                first = _stands_for(op, made, first)
                 acc = c if acc is None else step('ADD', [acc, c], big,
                                                  fused_activation_function=act if last else 'NONE')
             if acc is None:         # (no tap reaches it: the bias alone, as a TRANSPOSE_CONV
